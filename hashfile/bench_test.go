@@ -1,0 +1,86 @@
+package hashfile
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// transferTree returns a transfer file with n FILES entries, shaped like the
+// SCR library's.
+func transferTree(n int) *Tree {
+	t := New()
+	t.SetFloat("BW", 52428800)
+	t.SetFloat("PERCENT", 0)
+	t.SetValue("COMMAND", "RUN")
+	t.SetValue("STATE", "RUNNING")
+	files := t.Set("FILES")
+	for i := range n {
+		f := files.Set(fmt.Sprintf("/tmp/user1/scr.1001186/index.0/dataset.1/rank_%d.ckpt", i))
+		f.SetValue("DESTINATION", fmt.Sprintf("/p/lscratchb/user1/simulation123/scr.dataset.1/rank_%d.ckpt", i))
+		f.SetUint("SIZE", uint64(1048576+i))
+		f.SetUint("WRITTEN", 0)
+	}
+	return t
+}
+
+var benchSizes = []int{10, 1000, 10000}
+
+// BenchmarkLockedUpdate measures one daemon-style update of the transfer
+// file: lock, read, decode, raise one file's WRITTEN, encode, rewrite in
+// place, fsync, unlock.
+func BenchmarkLockedUpdate(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run("files="+strconv.Itoa(n), func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "transfer.scrinfo")
+			if err := os.WriteFile(path, Encode(transferTree(n)), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			s := NewStore(path, Flock)
+			key := fmt.Sprintf("/tmp/user1/scr.1001186/index.0/dataset.1/rank_%d.ckpt", n/2)
+			b.ReportAllocs()
+			var written uint64
+			for b.Loop() {
+				written++
+				_, _, err := s.Update(func(t *Tree) error {
+					t.Lookup("FILES", key).SetUint("WRITTEN", written)
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecode reports time and allocations of decoding a transfer file.
+func BenchmarkDecode(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run("files="+strconv.Itoa(n), func(b *testing.B) {
+			img := Encode(transferTree(n))
+			b.SetBytes(int64(len(img)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Decode(img); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEncode reports time and allocations of encoding a transfer file.
+func BenchmarkEncode(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run("files="+strconv.Itoa(n), func(b *testing.B) {
+			t := transferTree(n)
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = Encode(t)
+			}
+		})
+	}
+}

@@ -1,0 +1,221 @@
+package hashfile
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// Format constants of kvtree hash files, version 1.
+const (
+	Magic      uint32 = 0x951fc3f5
+	FileType   uint16 = 1
+	Version    uint16 = 1
+	FlagCRC    uint32 = 0x1
+	HeaderSize        = 20
+	crcSize           = 4
+
+	// minElement is the smallest encoded element: an empty key's NUL and
+	// its child's element count.
+	minElement = 1 + 4
+
+	// MaxDepth bounds the nesting of a decoded tree. SCR's files nest a
+	// handful of levels; the bound keeps a hostile file from driving the
+	// decoder into unbounded recursion.
+	MaxDepth = 256
+)
+
+// ErrFormat is wrapped by every error that describes a malformed hash file.
+var ErrFormat = errors.New("malformed kvtree hash")
+
+// DecodeError says what is wrong with a hash file image and where.
+type DecodeError struct {
+	Offset int64 // byte offset of the problem, -1 for the file as a whole
+	Msg    string
+}
+
+func (e *DecodeError) Error() string {
+	if e.Offset < 0 {
+		return e.Msg
+	}
+	return fmt.Sprintf("%s (at offset %d)", e.Msg, e.Offset)
+}
+
+// Unwrap makes errors.Is(err, ErrFormat) true for every DecodeError.
+func (e *DecodeError) Unwrap() error { return ErrFormat }
+
+func errAt(off int, format string, args ...any) error {
+	return &DecodeError{Offset: int64(off), Msg: fmt.Sprintf(format, args...)}
+}
+
+// Decode parses a complete kvtree hash file image. An empty image is an
+// empty tree, as in KVTree. The trailing CRC32 is checked when the header's
+// flag asks for it; images without it are accepted. Element order is kept.
+func Decode(b []byte) (*Tree, error) {
+	if len(b) == 0 {
+		return New(), nil
+	}
+	if len(b) < HeaderSize {
+		return nil, errAt(len(b), "truncated header: %d of %d bytes", len(b), HeaderSize)
+	}
+	if m := binary.BigEndian.Uint32(b[0:]); m != Magic {
+		return nil, errAt(0, "bad magic %#08x, want %#08x", m, Magic)
+	}
+	if ft := binary.BigEndian.Uint16(b[4:]); ft != FileType {
+		return nil, errAt(4, "unknown file type %d, want %d (hash)", ft, FileType)
+	}
+	if v := binary.BigEndian.Uint16(b[6:]); v != Version {
+		return nil, errAt(6, "unknown version %d, want %d", v, Version)
+	}
+	size := binary.BigEndian.Uint64(b[8:])
+	if size != uint64(len(b)) {
+		return nil, &DecodeError{Offset: -1, Msg: fmt.Sprintf("size mismatch: header says %d bytes, file has %d", size, len(b))}
+	}
+	flags := binary.BigEndian.Uint32(b[16:])
+	body := b[:len(b):len(b)]
+	if flags&FlagCRC != 0 {
+		if len(b) < HeaderSize+crcSize {
+			return nil, errAt(len(b), "truncated: no room for the CRC32")
+		}
+		body = b[:len(b)-crcSize]
+		stored := binary.BigEndian.Uint32(b[len(b)-crcSize:])
+		if got := crc32.ChecksumIEEE(body); got != stored {
+			return nil, errAt(len(body), "CRC mismatch: stored %#08x, computed %#08x", stored, got)
+		}
+	}
+	d := decoder{b: body, s: string(body), off: HeaderSize, slab: min(maxSlab, len(body)/minElement+1)}
+	t, err := d.tree(0)
+	if err != nil {
+		return nil, err
+	}
+	if d.off != len(body) {
+		return nil, errAt(d.off, "%d bytes of trailing data after the tree", len(body)-d.off)
+	}
+	return t, nil
+}
+
+// decoder unpacks the tree. Keys are substrings of one copy of the image
+// and trees and entry arrays come from slabs, so decoding a transfer file
+// of thousands of entries costs a few allocations per thousand keys.
+type decoder struct {
+	b       []byte
+	s       string // the image as one string; keys are substrings of it
+	off     int
+	slab    int // trees or entries allocated at once
+	trees   []Tree
+	entries []entry
+}
+
+const maxSlab = 512
+
+func (d *decoder) newTree() *Tree {
+	if len(d.trees) == 0 {
+		d.trees = make([]Tree, d.slab)
+	}
+	t := &d.trees[0]
+	d.trees = d.trees[1:]
+	return t
+}
+
+// newEntries returns an empty slice with room for n entries whose appends
+// beyond n reallocate rather than overwrite a neighbour.
+func (d *decoder) newEntries(n int) []entry {
+	if n > d.slab/4 {
+		return make([]entry, 0, n)
+	}
+	if len(d.entries) < n {
+		d.entries = make([]entry, d.slab)
+	}
+	e := d.entries[:0:n]
+	d.entries = d.entries[n:]
+	return e
+}
+
+func (d *decoder) tree(depth int) (*Tree, error) {
+	if depth > MaxDepth {
+		return nil, errAt(d.off, "nesting deeper than %d levels", MaxDepth)
+	}
+	if len(d.b)-d.off < 4 {
+		return nil, errAt(d.off, "truncated: element count needs 4 bytes, %d left", len(d.b)-d.off)
+	}
+	count := binary.BigEndian.Uint32(d.b[d.off:])
+	countOff := d.off
+	d.off += 4
+	if count == 0 {
+		return d.newTree(), nil
+	}
+	if room := uint64(len(d.b)-d.off) / minElement; uint64(count) > room {
+		return nil, errAt(countOff, "element count %d exceeds what the remaining %d bytes can hold", count, len(d.b)-d.off)
+	}
+	t := d.newTree()
+	t.entries = d.newEntries(int(count))
+	if count > indexThreshold {
+		t.index = make(map[string]int, count)
+	}
+	for range count {
+		keyOff := d.off
+		n := bytes.IndexByte(d.b[d.off:], 0)
+		if n < 0 {
+			return nil, errAt(keyOff, "truncated: key without NUL terminator")
+		}
+		key := d.s[d.off : d.off+n]
+		d.off += n + 1
+		if t.find(key) >= 0 {
+			return nil, errAt(keyOff, "duplicate key %q", key)
+		}
+		sub, err := d.tree(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		t.entries = append(t.entries, entry{key: key, sub: sub})
+		if t.index != nil {
+			t.index[key] = len(t.entries) - 1
+		}
+	}
+	return t, nil
+}
+
+// EncodedSize returns the length of t's encoded image, header and CRC included.
+func EncodedSize(t *Tree) int { return HeaderSize + treeSize(t) + crcSize }
+
+func treeSize(t *Tree) int {
+	n := 4
+	for _, e := range t.entries {
+		n += len(e.key) + 1 + treeSize(e.sub)
+	}
+	return n
+}
+
+// Encode returns the kvtree image of t exactly as KVTree writes it: header
+// with the CRC flag set, the packed tree in t's order, and the CRC32.
+func Encode(t *Tree) []byte {
+	return AppendEncode(make([]byte, 0, EncodedSize(t)), t)
+}
+
+// AppendEncode appends the image of t to b and returns the extended slice.
+func AppendEncode(b []byte, t *Tree) []byte {
+	if t == nil {
+		t = New()
+	}
+	start := len(b)
+	size := EncodedSize(t)
+	b = binary.BigEndian.AppendUint32(b, Magic)
+	b = binary.BigEndian.AppendUint16(b, FileType)
+	b = binary.BigEndian.AppendUint16(b, Version)
+	b = binary.BigEndian.AppendUint64(b, uint64(size))
+	b = binary.BigEndian.AppendUint32(b, FlagCRC)
+	b = appendTree(b, t)
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:]))
+}
+
+func appendTree(b []byte, t *Tree) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(t.entries)))
+	for _, e := range t.entries {
+		b = append(b, e.key...)
+		b = append(b, 0)
+		b = appendTree(b, e.sub)
+	}
+	return b
+}

@@ -1,0 +1,193 @@
+package hashfile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Locking selects the kind of file lock, matching how KVTree was built.
+type Locking int
+
+const (
+	// Flock uses flock(2), KVTree's default.
+	Flock Locking = iota
+	// Fcntl uses whole-file fcntl(2) record locks (F_SETLKW), KVTree's
+	// alternative build, which some parallel file systems require.
+	Fcntl
+)
+
+// String returns "flock" or "fcntl".
+func (l Locking) String() string {
+	if l == Fcntl {
+		return "fcntl"
+	}
+	return "flock"
+}
+
+// ParseLocking accepts "flock" or "fcntl".
+func ParseLocking(s string) (Locking, error) {
+	switch s {
+	case "flock", "":
+		return Flock, nil
+	case "fcntl":
+		return Fcntl, nil
+	}
+	return Flock, fmt.Errorf("unknown locking %q: want flock or fcntl", s)
+}
+
+// Store is a hash file shared with other processes (the SCR library, other
+// tools). Every access takes the file lock the way KVTree does: readers a
+// shared lock, updates an exclusive lock held across read, modify and the
+// in-place rewrite. The file is never replaced by rename, since the lock
+// lives on the open file.
+//
+// fcntl locks belong to the process, not the descriptor, so a Store also
+// serialises its own callers; use one Store per file in a process.
+type Store struct {
+	path    string
+	locking Locking
+
+	mu   sync.Mutex
+	rbuf []byte // last file image read, reused (decoded trees do not alias it)
+	wbuf []byte // last image encoded, reused
+}
+
+// NewStore returns a Store for the hash file at path.
+func NewStore(path string, locking Locking) *Store {
+	return &Store{path: path, locking: locking}
+}
+
+// Path returns the file's path.
+func (s *Store) Path() string { return s.path }
+
+// Read returns the file's tree, read under a shared lock. A missing file is
+// an error wrapping fs.ErrNotExist; an empty file is an empty tree.
+func (s *Store) Read() (*Tree, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := os.OpenFile(s.path, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := lock(f, s.locking, false); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	s.rbuf, err = readAll(f, s.rbuf)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read: %w", s.path, err)
+	}
+	t, err := Decode(s.rbuf)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	return t, nil
+}
+
+// Update applies fn to the file's tree under an exclusive lock and writes
+// the result back in place (seek 0, write, ftruncate, fsync), creating the
+// file if needed with a mode derived from the umask. If fn returns an error,
+// or the file cannot be decoded, nothing is written. If fn leaves the image
+// unchanged, nothing is written either, so watchers see no spurious change.
+// Update returns the tree as it stands after the call and whether it wrote.
+func (s *Store) Update(fn func(*Tree) error) (t *Tree, wrote bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o666)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	if err := lock(f, s.locking, true); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", s.path, err)
+	}
+	s.rbuf, err = readAll(f, s.rbuf)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: read: %w", s.path, err)
+	}
+	t, err = Decode(s.rbuf)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", s.path, err)
+	}
+	if err := fn(t); err != nil {
+		return nil, false, err
+	}
+	s.wbuf = AppendEncode(s.wbuf[:0], t)
+	if bytes.Equal(s.wbuf, s.rbuf) {
+		return t, false, nil
+	}
+	if err := rewrite(f, s.wbuf); err != nil {
+		return nil, false, fmt.Errorf("%s: rewrite: %w", s.path, err)
+	}
+	return t, true, nil
+}
+
+func rewrite(f *os.File, img []byte) error {
+	if _, err := f.WriteAt(img, 0); err != nil {
+		return err
+	}
+	if err := f.Truncate(int64(len(img))); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// readAll reads the whole file from offset 0 into buf, grown to the size
+// fstat reports so that a large transfer file is read in one call.
+func readAll(f *os.File, buf []byte) ([]byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	b := buf[:0]
+	if need := int(fi.Size()) + 1; cap(b) < need {
+		b = make([]byte, 0, need)
+	}
+	for {
+		n, err := f.ReadAt(b[len(b):cap(b)], int64(len(b)))
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
+}
+
+// lock takes the file lock, waiting for it; the lock is released when f is
+// closed.
+func lock(f *os.File, locking Locking, exclusive bool) error {
+	fd := int(f.Fd())
+	for {
+		var err error
+		if locking == Fcntl {
+			lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart}
+			if exclusive {
+				lk.Type = unix.F_WRLCK
+			}
+			err = unix.FcntlFlock(uintptr(fd), unix.F_SETLKW, &lk)
+		} else {
+			how := unix.LOCK_SH
+			if exclusive {
+				how = unix.LOCK_EX
+			}
+			err = unix.Flock(fd, how)
+		}
+		if !errors.Is(err, unix.EINTR) {
+			if err != nil {
+				return fmt.Errorf("%s lock: %w", locking, err)
+			}
+			return nil
+		}
+	}
+}

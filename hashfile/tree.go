@@ -1,0 +1,308 @@
+// Package hashfile reads and writes kvtree hash files, the binary format SCR's
+// library and its flush daemon use for the transfer file, byte for byte as the
+// KVTree C library does, and shares them between processes with KVTree's
+// locking discipline (lock, read, modify, rewrite in place, fsync, unlock).
+package hashfile
+
+import (
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+)
+
+// indexThreshold is the number of keys above which a Tree keeps a map from
+// key to position, so that lookups in a FILES subtree of thousands of entries
+// stay O(1) while small trees stay cheap.
+const indexThreshold = 16
+
+// Tree is a kvtree: an ordered set of unique keys, each with a child tree.
+// A value is stored as a key whose child holds exactly one key with an empty
+// child, as KVTree does (SIZE → 524294 → {}). The order of keys is the order
+// they were read or added in; it carries no meaning in the protocol but is
+// preserved so that decoding and re-encoding a file keeps its bytes.
+type Tree struct {
+	entries []entry
+	index   map[string]int
+}
+
+type entry struct {
+	key string
+	sub *Tree
+}
+
+// New returns an empty tree.
+func New() *Tree { return &Tree{} }
+
+// Len returns the number of keys at the top level of t.
+func (t *Tree) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.entries)
+}
+
+// Keys returns the top-level keys of t in order.
+func (t *Tree) Keys() []string {
+	if t == nil {
+		return nil
+	}
+	keys := make([]string, len(t.entries))
+	for i, e := range t.entries {
+		keys[i] = e.key
+	}
+	return keys
+}
+
+// All iterates over the top-level keys of t and their children, in order.
+// The tree must not be modified during the iteration.
+func (t *Tree) All() iter.Seq2[string, *Tree] {
+	return func(yield func(string, *Tree) bool) {
+		if t == nil {
+			return
+		}
+		for _, e := range t.entries {
+			if !yield(e.key, e.sub) {
+				return
+			}
+		}
+	}
+}
+
+func (t *Tree) find(key string) int {
+	if t == nil {
+		return -1
+	}
+	if t.index != nil {
+		if i, ok := t.index[key]; ok {
+			return i
+		}
+		return -1
+	}
+	for i, e := range t.entries {
+		if e.key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// Get returns the child of key, or nil if t has no such key.
+func (t *Tree) Get(key string) *Tree {
+	if i := t.find(key); i >= 0 {
+		return t.entries[i].sub
+	}
+	return nil
+}
+
+// Has reports whether t holds key at its top level.
+func (t *Tree) Has(key string) bool { return t.find(key) >= 0 }
+
+// Lookup follows a path of keys from t and returns the tree at its end, or
+// nil if any key along the path is missing.
+func (t *Tree) Lookup(path ...string) *Tree {
+	for _, k := range path {
+		t = t.Get(k)
+		if t == nil {
+			return nil
+		}
+	}
+	return t
+}
+
+// Set returns the child of key, adding key with an empty child at the end of
+// t if it is not there yet.
+func (t *Tree) Set(key string) *Tree {
+	if i := t.find(key); i >= 0 {
+		return t.entries[i].sub
+	}
+	sub := &Tree{}
+	t.insert(key, sub)
+	return sub
+}
+
+// SetTree makes sub the child of key, keeping key's position if present.
+func (t *Tree) SetTree(key string, sub *Tree) {
+	if sub == nil {
+		sub = &Tree{}
+	}
+	if i := t.find(key); i >= 0 {
+		t.entries[i].sub = sub
+		return
+	}
+	t.insert(key, sub)
+}
+
+func (t *Tree) insert(key string, sub *Tree) {
+	t.entries = append(t.entries, entry{key: key, sub: sub})
+	switch {
+	case t.index != nil:
+		t.index[key] = len(t.entries) - 1
+	case len(t.entries) > indexThreshold:
+		t.reindex()
+	}
+}
+
+func (t *Tree) reindex() {
+	if len(t.entries) <= indexThreshold {
+		t.index = nil
+		return
+	}
+	t.index = make(map[string]int, len(t.entries))
+	for i, e := range t.entries {
+		t.index[e.key] = i
+	}
+}
+
+// Unset removes key and its child from t, reporting whether it was there.
+func (t *Tree) Unset(key string) bool {
+	i := t.find(key)
+	if i < 0 {
+		return false
+	}
+	t.entries = append(t.entries[:i], t.entries[i+1:]...)
+	if t.index != nil {
+		t.reindex()
+	}
+	return true
+}
+
+// Value returns the value stored under key: the single key of key's child.
+// It reports false if key is missing or its child does not hold exactly one key.
+func (t *Tree) Value(key string) (string, bool) {
+	sub := t.Get(key)
+	if sub.Len() != 1 {
+		return "", false
+	}
+	return sub.entries[0].key, true
+}
+
+// SetValue stores value under key, replacing whatever key held, in the way
+// KVTree's kvtree_util_set_* functions do.
+func (t *Tree) SetValue(key, value string) {
+	sub := &Tree{}
+	sub.insert(value, &Tree{})
+	t.SetTree(key, sub)
+}
+
+// Uint returns the value under key parsed as an unsigned decimal byte count.
+// ok is false if key is absent; err describes a present but malformed value.
+func (t *Tree) Uint(key string) (v uint64, ok bool, err error) {
+	s, ok, err := t.single(key)
+	if !ok || err != nil {
+		return 0, ok, err
+	}
+	v, err = strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, true, fmt.Errorf("%s: %q is not an unsigned decimal number", key, s)
+	}
+	return v, true, nil
+}
+
+// single returns the one value under key; ok is false if key is absent, err
+// non-nil if key is present without exactly one value.
+func (t *Tree) single(key string) (s string, ok bool, err error) {
+	sub := t.Get(key)
+	switch {
+	case sub == nil:
+		return "", false, nil
+	case sub.Len() != 1:
+		return "", true, fmt.Errorf("%s: want one value, found %d", key, sub.Len())
+	}
+	return sub.entries[0].key, true, nil
+}
+
+// SetUint stores v under key as an unsigned decimal, as KVTree's
+// kvtree_util_set_bytecount does.
+func (t *Tree) SetUint(key string, v uint64) { t.SetValue(key, strconv.FormatUint(v, 10)) }
+
+// Float returns the value under key parsed as a decimal floating-point number.
+// ok is false if key is absent; err describes a present but malformed value.
+func (t *Tree) Float(key string) (v float64, ok bool, err error) {
+	s, ok, err := t.single(key)
+	if !ok || err != nil {
+		return 0, ok, err
+	}
+	v, err = strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return 0, true, fmt.Errorf("%s: %q is not a number", key, s)
+	}
+	return v, true, nil
+}
+
+// SetFloat stores v under key in C's "%f" form (52428800.000000), as
+// KVTree's kvtree_util_set_double does.
+func (t *Tree) SetFloat(key string, v float64) { t.SetValue(key, strconv.FormatFloat(v, 'f', 6, 64)) }
+
+// CRC returns the value under key parsed as a CRC32 in "%#x" form.
+func (t *Tree) CRC(key string) (v uint32, ok bool, err error) {
+	s, ok, err := t.single(key)
+	if !ok || err != nil {
+		return 0, ok, err
+	}
+	u, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return 0, true, fmt.Errorf("%s: %q is not a 32-bit CRC", key, s)
+	}
+	return uint32(u), true, nil
+}
+
+// SetCRC stores a CRC32 under key in C's "%#x" form (0x1a2b3c4d; 0 for zero),
+// as KVTree's kvtree_util_set_crc32 does.
+func (t *Tree) SetCRC(key string, v uint32) { t.SetValue(key, FormatCRC(v)) }
+
+// FormatCRC formats v like C's "%#x": "0" for zero, "0x…" otherwise.
+func FormatCRC(v uint32) string {
+	if v == 0 {
+		return "0"
+	}
+	return "0x" + strconv.FormatUint(uint64(v), 16)
+}
+
+// Walk calls fn for every tree below t, depth first in order, with the path of
+// keys leading to it. Returning an error from fn stops the walk.
+func (t *Tree) Walk(fn func(path []string, sub *Tree) error) error {
+	return t.walk(nil, fn)
+}
+
+func (t *Tree) walk(path []string, fn func([]string, *Tree) error) error {
+	for _, e := range t.entries {
+		p := append(path[:len(path):len(path)], e.key)
+		if err := fn(p, e.sub); err != nil {
+			return err
+		}
+		if err := e.sub.walk(p, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Clone returns a deep copy of t.
+func (t *Tree) Clone() *Tree {
+	c := &Tree{}
+	if t == nil {
+		return c
+	}
+	c.entries = make([]entry, len(t.entries))
+	for i, e := range t.entries {
+		c.entries[i] = entry{key: e.key, sub: e.sub.Clone()}
+	}
+	c.reindex()
+	return c
+}
+
+// Equal reports whether t and u hold the same keys in the same order with
+// equal children.
+func (t *Tree) Equal(u *Tree) bool {
+	if t.Len() != u.Len() {
+		return false
+	}
+	for i := range t.Len() {
+		a, b := t.entries[i], u.entries[i]
+		if a.key != b.key || !a.sub.Equal(b.sub) {
+			return false
+		}
+	}
+	return true
+}
