@@ -1,0 +1,176 @@
+// Package transfer is the protocol spoken through SCR's transfer file: the
+// keys the checkpoint library and the flush daemon read and write, a typed
+// view of what the file asks for, the edits each side makes, and the
+// daemon's state transitions. It knows nothing of copying; the daemon
+// package drives the copies.
+package transfer
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+)
+
+// Keys of the transfer file (SCR's scr_keys.h), plus this project's
+// extensions ERROR and CRC under each file.
+const (
+	KeyFiles       = "FILES"
+	KeyDestination = "DESTINATION"
+	KeySize        = "SIZE"
+	KeyWritten     = "WRITTEN"
+	KeyError       = "ERROR"
+	KeyCRC         = "CRC"
+	KeyBW          = "BW"
+	KeyPercent     = "PERCENT"
+	KeyCommand     = "COMMAND"
+	KeyState       = "STATE"
+	KeyFlag        = "FLAG"
+	FlagDone       = "DONE"
+)
+
+// Command is what the library asks the daemon to do.
+type Command string
+
+// Commands of the protocol. None means the file holds no COMMAND.
+const (
+	None Command = ""
+	Run  Command = "RUN"
+	Stop Command = "STOP"
+	Exit Command = "EXIT"
+)
+
+// State is what the daemon records it is doing.
+type State string
+
+// States of the protocol.
+const (
+	Running State = "RUNNING"
+	Stopped State = "STOPPED"
+	Exiting State = "EXITING"
+)
+
+// File is one FILES entry.
+type File struct {
+	Src     string // absolute path in the cache: the entry's key
+	Dest    string // DESTINATION
+	Size    int64  // SIZE
+	Written int64  // WRITTEN (0 if absent)
+	Error   string // ERROR recorded by the daemon, "" if none
+	CRC     uint32 // CRC recorded by the daemon, valid if HasCRC
+	HasCRC  bool
+	// Problem says why the entry cannot be copied as it stands (no
+	// DESTINATION, a SIZE that is not a byte count...); nil if sound.
+	Problem error
+}
+
+// Pending reports whether the file still has bytes to copy.
+func (f File) Pending() bool { return f.Problem != nil || f.Written < f.Size }
+
+// View is a typed reading of a transfer file.
+type View struct {
+	Command    Command // RUN, STOP, EXIT or None; Unknown holds anything else
+	Unknown    string  // a COMMAND value the protocol does not know
+	State      State   // as recorded; "" if missing
+	Done       bool    // FLAG DONE present
+	BW         float64 // bytes per second; 0 (or absent) = unlimited
+	Percent    float64 // CPU share in percent; 0 (or absent) = unlimited
+	BWBad      bool    // BW is malformed: keep the last good value
+	PercentBad bool    // PERCENT is malformed: keep the last good value
+	Files      []File  // in the file's order
+	// Problems lists malformed top-level values (a BW that is not a number,
+	// two COMMAND values); the entries they concern keep their zero value.
+	Problems []error
+}
+
+// Read returns the view of t.
+func Read(t *hashfile.Tree) View {
+	var v View
+	if cmd, ok := t.Value(KeyCommand); ok {
+		switch c := Command(cmd); c {
+		case Run, Stop, Exit:
+			v.Command = c
+		default:
+			v.Unknown = cmd
+		}
+	} else if t.Has(KeyCommand) {
+		v.Problems = append(v.Problems, fmt.Errorf("%s: want one value, found %d", KeyCommand, t.Get(KeyCommand).Len()))
+	}
+	if s, ok := t.Value(KeyState); ok {
+		v.State = State(s)
+	}
+	v.Done = t.Lookup(KeyFlag, FlagDone) != nil
+	v.BW, v.BWBad = readRate(t, KeyBW, &v.Problems)
+	v.Percent, v.PercentBad = readRate(t, KeyPercent, &v.Problems)
+	for src, e := range t.Get(KeyFiles).All() {
+		v.Files = append(v.Files, readFile(src, e))
+	}
+	return v
+}
+
+// readRate reads a non-negative finite number (0 if absent); bad reports,
+// with a problem recorded, anything else.
+func readRate(t *hashfile.Tree, key string, problems *[]error) (v float64, bad bool) {
+	f, _, err := t.Float(key)
+	switch {
+	case err != nil:
+		*problems = append(*problems, err)
+		return 0, true
+	case f < 0 || math.IsNaN(f) || math.IsInf(f, 0):
+		*problems = append(*problems, fmt.Errorf("%s: %v is not a non-negative number", key, f))
+		return 0, true
+	}
+	return f, false
+}
+
+func readFile(src string, e *hashfile.Tree) File {
+	f := File{Src: src}
+	problem := func(err error) {
+		if f.Problem == nil {
+			f.Problem = err
+		}
+	}
+	if d, ok := e.Value(KeyDestination); ok && d != "" {
+		f.Dest = d
+	} else {
+		problem(fmt.Errorf("no %s", KeyDestination))
+	}
+	size, ok, err := e.Uint(KeySize)
+	switch {
+	case err != nil:
+		problem(err)
+	case !ok:
+		problem(fmt.Errorf("no %s", KeySize))
+	case size > math.MaxInt64:
+		problem(fmt.Errorf("%s %d is too large", KeySize, size))
+	default:
+		f.Size = int64(size)
+	}
+	w, _, err := e.Uint(KeyWritten)
+	switch {
+	case err != nil:
+		problem(err)
+	case w > math.MaxInt64:
+		problem(fmt.Errorf("%s %d is too large", KeyWritten, w))
+	default:
+		f.Written = int64(w)
+	}
+	if msg, ok := e.Value(KeyError); ok {
+		f.Error = msg
+	}
+	if crc, ok, err := e.CRC(KeyCRC); ok && err == nil {
+		f.CRC, f.HasCRC = crc, true
+	}
+	return f
+}
+
+// Totals sums the sizes and written bytes of the sound files of v.
+func (v View) Totals() (size, written int64) {
+	for _, f := range v.Files {
+		if f.Problem == nil {
+			size += f.Size
+			written += min(f.Written, f.Size)
+		}
+	}
+	return size, written
+}
