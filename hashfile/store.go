@@ -11,6 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ErrSymlink is returned by a guarded Store whose path is a symbolic link.
+var ErrSymlink = errors.New("refusing a symbolic link")
+
 // Locking selects the kind of file lock, matching how KVTree was built.
 type Locking int
 
@@ -53,9 +56,10 @@ type Store struct {
 	path    string
 	locking Locking
 
-	mu   sync.Mutex
-	rbuf []byte // last file image read, reused (decoded trees do not alias it)
-	wbuf []byte // last image encoded, reused
+	mu    sync.Mutex
+	rbuf  []byte // last file image read, reused (decoded trees do not alias it)
+	wbuf  []byte // last image encoded, reused
+	guard func(*unix.Stat_t) error
 }
 
 // NewStore returns a Store for the hash file at path.
@@ -66,12 +70,48 @@ func NewStore(path string, locking Locking) *Store {
 // Path returns the file's path.
 func (s *Store) Path() string { return s.path }
 
+// Guard makes every later access refuse a file that is a symlink (O_NOFOLLOW)
+// or whose fstat(2), taken on the opened descriptor so that it cannot be
+// swapped after the check, fails check. A daemon uses it to refuse a
+// transfer file that someone else could have written.
+func (s *Store) Guard(check func(*unix.Stat_t) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.guard = check
+}
+
+// open opens the file and applies the guard.
+func (s *Store) open(flags int) (*os.File, error) {
+	if s.guard != nil {
+		flags |= unix.O_NOFOLLOW
+	}
+	f, err := os.OpenFile(s.path, flags|unix.O_CLOEXEC, 0o666)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("%s: %w", s.path, ErrSymlink)
+		}
+		return nil, err
+	}
+	if s.guard != nil {
+		var st unix.Stat_t
+		err := unix.Fstat(int(f.Fd()), &st)
+		if err == nil {
+			err = s.guard(&st)
+		}
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", s.path, err)
+		}
+	}
+	return f, nil
+}
+
 // Read returns the file's tree, read under a shared lock. A missing file is
 // an error wrapping fs.ErrNotExist; an empty file is an empty tree.
 func (s *Store) Read() (*Tree, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, err := os.OpenFile(s.path, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	f, err := s.open(os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +139,7 @@ func (s *Store) Read() (*Tree, error) {
 func (s *Store) Update(fn func(*Tree) error) (t *Tree, wrote bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o666)
+	f, err := s.open(os.O_RDWR | os.O_CREATE)
 	if err != nil {
 		return nil, false, err
 	}

@@ -9,7 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestStoreEmptyAndMissing(t *testing.T) {
@@ -188,5 +191,46 @@ func TestTwoProcessesNoLostUpdate(t *testing.T) {
 				t.Fatalf("COUNT=%d (parent %d, child %d), want %d: updates were lost", c, p, ch, 2*n)
 			}
 		})
+	}
+}
+
+func TestStoreGuard(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "transfer.scrinfo")
+	if err := os.WriteFile(path, Encode(sampleTree()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(path, Flock)
+	refuse := errors.New("group or other may write it")
+	s.Guard(func(st *unix.Stat_t) error {
+		if st.Mode&0o022 != 0 {
+			return refuse
+		}
+		return nil
+	})
+	if _, err := s.Read(); err != nil {
+		t.Fatalf("a sound file was refused: %v", err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	if _, err := s.Read(); !errors.Is(err, refuse) {
+		t.Fatalf("read of a refused file: %v", err)
+	}
+	if _, _, err := s.Update(func(tr *Tree) error { tr.SetValue("STATE", "X"); return nil }); !errors.Is(err, refuse) {
+		t.Fatalf("update of a refused file: %v", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatal("a refused file was written")
+	}
+	link := filepath.Join(dir, "link.scrinfo")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	ls := NewStore(link, Flock)
+	ls.Guard(func(*unix.Stat_t) error { return nil })
+	if _, err := ls.Read(); err == nil || !strings.Contains(err.Error(), "refusing a symbolic link") {
+		t.Fatalf("guarded read through a symlink: %v", err)
 	}
 }

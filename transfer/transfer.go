@@ -64,8 +64,12 @@ type File struct {
 	Problem error
 }
 
-// Pending reports whether the file still has bytes to copy.
-func (f File) Pending() bool { return f.Problem != nil || f.Written < f.Size }
+// Pending reports whether the file still has bytes to copy. An empty file
+// is pending until the daemon has created it and recorded its CRC, so that
+// a zero-byte checkpoint file still reaches the parallel file system.
+func (f File) Pending() bool {
+	return f.Problem != nil || f.Written < f.Size || (f.Size == 0 && !f.HasCRC)
+}
 
 // View is a typed reading of a transfer file.
 type View struct {
