@@ -1,16 +1,26 @@
 // Command scr-ctl drives and inspects scr-transferd through the transfer
 // file, with the same locking as the SCR library, so it can be used beside
 // the library by job scripts and administrators.
+//
+//	scr-ctl COMMAND [flags] [args]
+//
+// Every command answers --help. Exit statuses: 0 success; 1 the command ran
+// and the answer is no (a file in error, a corrupt file, a timeout); 2 the
+// command line is wrong.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Exit statuses, documented in the README.
@@ -24,12 +34,18 @@ const (
 type command struct {
 	summary string
 	usage   string // arguments after the command name
+	help    string // longer description printed by --help, may be empty
 	run     func(env *env, args []string) error
 }
 
-// env is what a command writes to.
+// env is what a command works with: its context (cancelled by SIGINT or
+// SIGTERM), its output streams, and the clock and terminal it sees.
 type env struct {
+	ctx            context.Context
 	stdout, stderr io.Writer
+	now            func() time.Time
+	// term reports whether stdout is a terminal and its size (0 when unknown).
+	term func() (isTerm bool, width, height int)
 }
 
 // usageError marks an error in the command line.
@@ -40,17 +56,46 @@ func (e usageError) Error() string { return e.msg }
 func commands() map[string]command {
 	return map[string]command{
 		"print": {summary: "print any kvtree hash file in tree form", usage: "[--json] [--indent N] FILE", run: cmdPrint},
+		"run": {summary: "ask the daemon to flush (COMMAND RUN, clears FLAG DONE)", usage: "[--wait] [--timeout D] TRANSFERFILE",
+			help: helpControl, run: controlCmd("run")},
+		"stop": {summary: "ask the daemon to stop copying (COMMAND STOP)", usage: "[--wait] [--timeout D] TRANSFERFILE",
+			help: helpControl, run: controlCmd("stop")},
+		"exit": {summary: "ask the daemon to exit (COMMAND EXIT)", usage: "[--wait] [--timeout D] TRANSFERFILE",
+			help: helpControl, run: controlCmd("exit")},
+		"status": {summary: "show each file's progress, rate and ETA, and the daemon's state", usage: "[--watch] [--json] TRANSFERFILE",
+			help: helpStatus, run: cmdStatus},
+		"wait": {summary: "wait until the flush is complete, a file is in error, or the timeout", usage: "[--timeout D] TRANSFERFILE",
+			help: helpWait, run: cmdWait},
+		"add": {summary: "add a file to flush, as the SCR library does", usage: "[--size N] TRANSFERFILE SRC DEST",
+			help: helpAdd, run: cmdAdd},
+		"set": {summary: "set the bandwidth limit or the CPU share, as the SCR library does", usage: "TRANSFERFILE bw|percent VALUE",
+			help: helpSet, run: cmdSet},
+		"verify": {summary: "identify and verify checkpoint files (SION, FTI-FF, LIME, plain)", usage: "[--json] FILE...",
+			help: helpVerify, run: cmdVerify},
+		"demo": {summary: "flush sample checkpoints of every kind through an in-process daemon and show it", usage: "[--dir DIR] [--bw RATE] [--cleanup]",
+			help: helpDemo, run: cmdDemo},
 	}
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runEnv(&env{ctx: ctx, stdout: stdout, stderr: stderr, now: time.Now, term: terminalOf(stdout)}, args)
+}
+
+func runEnv(e *env, args []string) int {
 	cmds := commands()
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(stdout, cmds)
+		out := e.stdout
+		if len(args) == 0 {
+			out = e.stderr
+		}
+		printUsage(out, cmds)
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -58,11 +103,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := cmds[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "scr-ctl: unknown command %q\n", args[0])
-		printUsage(stderr, cmds)
+		fmt.Fprintf(e.stderr, "scr-ctl: unknown command %q\n", args[0])
+		printUsage(e.stderr, cmds)
 		return exitUsage
 	}
-	err := c.run(&env{stdout: stdout, stderr: stderr}, args[1:])
+	err := c.run(e, args[1:])
 	var ue usageError
 	switch {
 	case err == nil:
@@ -70,10 +115,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "scr-ctl %s: %v\nusage: scr-ctl %s %s\n", args[0], err, args[0], c.usage)
+		fmt.Fprintf(e.stderr, "scr-ctl %s: %v\nusage: scr-ctl %s %s\n", args[0], err, args[0], c.usage)
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "scr-ctl %s: %v\n", args[0], err)
+		fmt.Fprintf(e.stderr, "scr-ctl %s: %v\n", args[0], err)
 		return exitFailure
 	}
 }
@@ -90,16 +135,24 @@ func printUsage(w io.Writer, cmds map[string]command) {
 		fmt.Fprintf(w, "  %-8s %s\n", n, cmds[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'scr-ctl COMMAND --help' for a command's flags.")
+	fmt.Fprintln(w, "Exit status: 0 success, 1 the answer is no (an error, a corrupt file, a timeout), 2 wrong command line.")
 }
 
 // newFlags returns a flag set for a command whose --help prints its usage.
-func newFlags(e *env, name string, c command) *flag.FlagSet {
+func newFlags(name string) *flag.FlagSet {
+	c := commands()[name]
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	// The flag package's own messages are dropped: runEnv reports usage
+	// errors, and --help is printed to stdout by parseFlags.
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: scr-ctl %s %s\n\n%s.\n", name, c.usage, strings.ToUpper(c.summary[:1])+c.summary[1:])
+		out := fs.Output()
+		fmt.Fprintf(out, "usage: scr-ctl %s %s\n\n%s.\n", name, c.usage, strings.ToUpper(c.summary[:1])+c.summary[1:])
+		if c.help != "" {
+			fmt.Fprintf(out, "\n%s\n", strings.TrimSpace(c.help))
+		}
 		if hasFlags(fs) {
-			fmt.Fprintln(fs.Output(), "\nFlags:")
+			fmt.Fprintln(out, "\nFlags:")
 			fs.PrintDefaults()
 		}
 	}
@@ -112,13 +165,38 @@ func hasFlags(fs *flag.FlagSet) bool {
 	return n > 0
 }
 
-// parseFlags parses args, turning flag errors into usage errors.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+// parseFlags parses args, allowing flags before, between and after the
+// positional arguments (everything after "--" is positional), and returns
+// the positional arguments. Flag errors become usage errors; --help prints
+// the usage to stdout and returns flag.ErrHelp.
+func parseFlags(e *env, fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(e.stdout)
+				fs.Usage()
+				return nil, err
+			}
+			return nil, usageError{err.Error()}
 		}
-		return usageError{err.Error()}
+		rest := fs.Args()
+		// fs.Parse stops at the first positional argument or after "--".
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// wantArgs checks the number of positional arguments.
+func wantArgs(pos []string, n int, what string) error {
+	if len(pos) != n {
+		return usageError{fmt.Sprintf("want %s, got %d argument(s)", what, len(pos))}
 	}
 	return nil
 }

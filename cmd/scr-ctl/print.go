@@ -8,21 +8,22 @@ import (
 )
 
 func cmdPrint(e *env, args []string) error {
-	fs := newFlags(e, "print", commands()["print"])
+	fs := newFlags("print")
 	asJSON := fs.Bool("json", false, "print the tree as nested JSON objects")
 	indent := fs.Int("indent", 0, "spaces before top-level keys in tree form")
-	locking := fs.String("locking", "flock", "file lock: flock or fcntl (as the SCR library was built)")
-	if err := parseFlags(fs, args); err != nil {
+	locking := lockingFlag(fs)
+	pos, err := parseFlags(e, fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"want exactly one FILE"}
+	if err := wantArgs(pos, 1, "exactly one FILE"); err != nil {
+		return err
 	}
-	lk, err := hashfile.ParseLocking(*locking)
+	store, err := openStore(pos[0], *locking)
 	if err != nil {
-		return usageError{err.Error()}
+		return err
 	}
-	tree, err := hashfile.NewStore(fs.Arg(0), lk).Read()
+	tree, err := store.Read()
 	if err != nil {
 		return err
 	}

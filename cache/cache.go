@@ -1,0 +1,244 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Kind is the checkpoint format of a file.
+type Kind string
+
+// The kinds Inspect recognises.
+const (
+	// Plain is any file whose content is not one of the formats below.
+	Plain Kind = "plain"
+	// SION is a SIONlib container (file format versions 3 to 5).
+	SION Kind = "sion"
+	// FTIFF is an FTI checkpoint written in FTI-FF mode.
+	FTIFF Kind = "fti-ff"
+	// LIME is a LIME file, including SciDAC (QIO) files and partition volumes.
+	LIME Kind = "lime"
+)
+
+// Range is the byte range [Off, Off+Len) of a file.
+type Range struct{ Off, Len int64 }
+
+// End returns Off+Len.
+func (r Range) End() int64 { return r.Off + r.Len }
+
+// Report describes a file Inspect identified and validated.
+type Report struct {
+	Path string
+	Kind Kind
+	// Size is the apparent size of the file in bytes.
+	Size int64
+	// Ranges are the sorted, merged byte ranges that hold data. Only SIONlib
+	// containers have holes by definition; every other kind has the single
+	// range [0,Size), or none for an empty file.
+	Ranges []Range
+	// DataBytes is the sum of the lengths of Ranges.
+	DataBytes int64
+	// Companions are the absolute paths of the other physical files of the
+	// same set: the other members of a multi-file SIONlib container (listed
+	// whether or not they are present) and the other volumes of a LIME
+	// partition set that were found beside the file.
+	Companions []string
+	// Detail is one human-readable line about the content.
+	Detail string
+	// Warnings are findings that do not make the file unsound but that an
+	// operator should see, such as bytes after a SIONlib container's metadata,
+	// missing members of a multi-file container or an FTI-FF checkpoint that
+	// FTI 1.6 itself will refuse on restart.
+	Warnings []string
+}
+
+// FormatError is a precise verdict on a corrupt file.
+type FormatError struct {
+	Path string
+	Kind Kind
+	// Code names the problem, for example E_BAD_MAGIC or E_CHUNK_HASH.
+	Code string
+	// Offset is the file offset the problem was found at, or -1.
+	Offset int64
+	Msg    string
+}
+
+// Error returns "<path>: <kind>: <msg> (<code>)".
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("%s: %s: %s (%s)", e.Path, e.Kind, e.Msg, e.Code)
+}
+
+// streamBufSize is the size of the buffer that checksummed data is read
+// through; it is reused for every read of one Inspect call.
+const streamBufSize = 1 << 20
+
+// Inspect identifies and validates the file at path.
+//
+// It returns (*Report, nil) for a sound file. For a corrupt file it returns a
+// partial *Report (Path, Kind, Size and, when known, Companions) and a
+// *FormatError; errors.As finds it. Problems reading the file are returned as
+// wrapped os errors with a nil Report.
+//
+// The kind is decided by content alone, never by the name. A file whose
+// magic number is damaged is still recognised when the rest of its structure
+// is intact. FTI-FF has no magic number: a file is FTI-FF when its file meta
+// is found at or near its end, so an FTI-FF file cut before its meta began
+// holds nothing but data and is reported as a plain file.
+//
+// A member of a multi-file SIONlib container is checked together with the
+// members present beside it; absent members are listed in Companions and
+// named in Warnings. A LIME partition volume is checked as part of its set:
+// every volume found must frame correctly and their site lists must cover
+// the lattice exactly once (E_INCOMPLETE_SET otherwise). The checksums of the
+// set, which only the master volume holds, are verified when the master is
+// inspected.
+func Inspect(ctx context.Context, path string) (*Report, error) {
+	return inspect(ctx, osFS{}, path)
+}
+
+func inspect(ctx context.Context, fsys fileSystem, path string) (*Report, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := fsys.open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cache: inspect: %w", err)
+	}
+	defer f.Close()
+	s := &source{ctx: ctx, r: f, size: f.size(), path: path}
+	kind, err := detect(s)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Path: path, Kind: kind, Size: s.size}
+	switch kind {
+	case SION:
+		err = inspectSION(s, fsys, rep)
+	case FTIFF:
+		err = inspectFTIFF(s, rep)
+	case LIME:
+		err = inspectLIME(s, fsys, rep)
+	default:
+		rep.Ranges = wholeFile(s.size)
+		rep.Detail = "plain file"
+	}
+	if err != nil {
+		var fe *FormatError
+		if errors.As(err, &fe) {
+			rep.Ranges = nil
+			rep.DataBytes = 0
+			return rep, err
+		}
+		return nil, err
+	}
+	for _, r := range rep.Ranges {
+		rep.DataBytes += r.Len
+	}
+	return rep, nil
+}
+
+// detect decides the kind of the file from its content.
+func detect(s *source) (Kind, error) {
+	var head [8]byte
+	n := int64(len(head))
+	if s.size < n {
+		n = s.size
+	}
+	if err := s.readAt(head[:n], 0); err != nil {
+		return "", err
+	}
+	switch {
+	case n >= 4 && string(head[:4]) == sionMagic:
+		return SION, nil
+	case n >= 4 && string(head[:4]) == limeMagicBytes:
+		return LIME, nil
+	}
+	if ok, err := looksLikeFTIFF(s); err != nil || ok {
+		return FTIFF, err
+	}
+	if ok, err := looksLikeSION(s); err != nil || ok {
+		return SION, err
+	}
+	if ok, err := looksLikeLIME(s); err != nil || ok {
+		return LIME, err
+	}
+	return Plain, nil
+}
+
+// wholeFile returns [0,size) as a range list, empty for an empty file.
+func wholeFile(size int64) []Range {
+	if size == 0 {
+		return nil
+	}
+	return []Range{{0, size}}
+}
+
+// fileSystem is the part of the file system Inspect uses: the operating
+// system's in production, an in-memory one in tests and fuzzing.
+type fileSystem interface {
+	// open opens a regular file for reading.
+	open(path string) (file, error)
+	// readDir lists the names in a directory.
+	readDir(dir string) ([]string, error)
+}
+
+// file is an open regular file of known size.
+type file interface {
+	io.ReaderAt
+	io.Closer
+	size() int64
+}
+
+// errNotRegular reports a path that is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+type osFS struct{}
+
+type osFile struct {
+	*os.File
+	n int64
+}
+
+func (f osFile) size() int64 { return f.n }
+
+func (osFS) open(path string) (file, error) {
+	// O_NONBLOCK keeps a FIFO put in place of a checkpoint from blocking the
+	// open; it has no effect on regular files.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, &fs.PathError{Op: "open", Path: path, Err: errNotRegular}
+	}
+	return osFile{File: f, n: st.Size()}, nil
+}
+
+func (osFS) readDir(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// absPath returns path made absolute and clean.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return filepath.Clean(path)
+}

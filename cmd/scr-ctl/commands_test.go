@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/shareddata"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+func TestUsageAndHelp(t *testing.T) {
+	ctx := context.Background()
+	tf := filepath.Join(t.TempDir(), "t.scrinfo")
+	for _, tc := range []struct {
+		args []string
+		code int
+		in   string // expected in stderr
+	}{
+		{nil, exitUsage, "usage: scr-ctl COMMAND"},
+		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{[]string{"wait"}, exitUsage, "want exactly one TRANSFERFILE"},
+		{[]string{"wait", "--timeout=-1s", tf}, exitUsage, "--timeout must not be negative"},
+		{[]string{"run", "--timeout=1s", tf}, exitUsage, "--timeout only applies with --wait"},
+		{[]string{"status", "--bogus", tf}, exitUsage, "flag provided but not defined: -bogus"},
+		{[]string{"set", tf, "speed", "3"}, exitUsage, `unknown setting "speed"`},
+		{[]string{"set", tf, "bw", "fast"}, exitUsage, "not a byte count"},
+		{[]string{"set", tf, "percent", "120"}, exitUsage, "not a number from 0 to 100"},
+		{[]string{"add", tf, "a"}, exitUsage, "want TRANSFERFILE SRC DEST"},
+		{[]string{"add", "--size=1.5", tf, "a", "b"}, exitUsage, "whole number of bytes"},
+		{[]string{"print", "--locking=lockf", tf}, exitUsage, "unknown locking"},
+		{[]string{"verify"}, exitUsage, "want at least one FILE"},
+		{[]string{"demo", "extra"}, exitUsage, "want no arguments"},
+		{[]string{"add", tf, filepath.Join(t.TempDir(), "missing"), "b"}, exitFailure, "missing: no such file or directory"},
+		{[]string{"status", filepath.Join(t.TempDir(), "none.scrinfo")}, exitFailure, "none.scrinfo: no such transfer file"},
+	} {
+		r := inproc(ctx, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.in) {
+			t.Errorf("scr-ctl %q: want exit %d with %q, got %s", tc.args, tc.code, tc.in, r)
+		}
+	}
+	for name := range commands() {
+		r := inproc(ctx, name, "--help")
+		if r.code != exitOK || !strings.HasPrefix(r.stdout, "usage: scr-ctl "+name+" ") || r.stderr != "" {
+			t.Errorf("scr-ctl %s --help: %s", name, r)
+		}
+	}
+	if r := inproc(ctx, "--help"); r.code != exitOK || !strings.Contains(r.stdout, "status") {
+		t.Errorf("scr-ctl --help: %s", r)
+	}
+}
+
+func TestAddAndSetWriteWhatTheLibraryWrites(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	tf := filepath.Join(dir, "t.scrinfo")
+	src := filepath.Join(dir, "a.ckpt")
+	writeFile(t, src, 12345, 1)
+	t.Chdir(dir)
+	wantCode(t, inproc(ctx, "add", tf, "a.ckpt", "pfs/a.ckpt"), 0, "add with relative paths")
+	wantCode(t, inproc(ctx, "add", "--size=2K", tf, "later.ckpt", "/pfs/later.ckpt"), 0, "add --size")
+	wantCode(t, inproc(ctx, "set", tf, "bw", "50MB"), 0, "set bw")
+	wantCode(t, inproc(ctx, "set", tf, "percent", "12.5"), 0, "set percent")
+	tree, err := hashfile.NewStore(tf, hashfile.Flock).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "  FILES\n" +
+		"    " + src + "\n      DESTINATION\n        " + filepath.Join(dir, "pfs", "a.ckpt") + "\n      SIZE\n        12345\n      WRITTEN\n        0\n" +
+		"    " + filepath.Join(dir, "later.ckpt") + "\n      DESTINATION\n        /pfs/later.ckpt\n      SIZE\n        2048\n      WRITTEN\n        0\n" +
+		"  BW\n    52428800.000000\n  PERCENT\n    12.500000\n"
+	if got := hashfile.Format(tree, 2); got != want {
+		t.Errorf("transfer file:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestRunClearsDone(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "t.scrinfo")
+	store := hashfile.NewStore(tf, hashfile.Flock)
+	if _, _, err := store.Update(func(tr *hashfile.Tree) error {
+		transfer.SetDone(tr, true)
+		transfer.SetState(tr, transfer.Stopped)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, inproc(context.Background(), "run", tf), 0, "run")
+	tree, err := store.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := transfer.Read(tree)
+	if v.Done || v.Command != transfer.Run || v.State != transfer.Stopped {
+		t.Errorf("after run: done %v command %q state %q (run without --wait keeps STATE)", v.Done, v.Command, v.State)
+	}
+}
+
+func TestVerify(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for _, f := range demoFiles() {
+		p := filepath.Join(dir, f.name)
+		if err := f.make(p); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	ctx := context.Background()
+	r := inproc(ctx, append([]string{"verify"}, paths...)...)
+	wantCode(t, r, 0, "verify sound samples")
+	for i, f := range demoFiles() {
+		wantIn(t, r.stdout, "OK    "+paths[i]+"\n      "+f.kind+": ", "verify "+f.kind)
+	}
+	wantIn(t, r.stdout, "sion: 8434912 data bytes of 15728736 apparent (53.6%", "verify reports the SION gaps")
+
+	// Damage the FTI-FF data: the chunk's MD5 no longer matches.
+	bad := filepath.Join(dir, "bad.fti")
+	b, err := os.ReadFile(paths[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[1000] ^= 0xff
+	if err := os.WriteFile(bad, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.sion")
+	r = inproc(ctx, "verify", paths[0], bad, missing)
+	wantCode(t, r, 1, "verify with a corrupt and a missing file")
+	wantIn(t, r.stdout, "FAIL  "+bad+"\n      fti-ff, 2097444 bytes: E_CHUNK_HASH at offset 0: variable id 1", "corrupt FTI-FF")
+	wantIn(t, r.stdout, "FAIL  "+missing+"\n", "missing file")
+	wantIn(t, r.stdout, "no such file or directory", "missing file")
+	wantIn(t, r.stderr, "2 of 3 files failed verification", "summary")
+
+	r = inproc(ctx, "verify", "--json", paths[0], bad)
+	wantCode(t, r, 1, "verify --json")
+	var res []verifyResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || !res[0].OK || res[0].DataBytes != 8434912 || res[1].OK || res[1].Code != "E_CHUNK_HASH" || res[1].Offset == nil {
+		t.Errorf("verify --json: %+v", res)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a flush")
+	}
+	dir := filepath.Join(t.TempDir(), "demo")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := inproc(ctx, "demo", "--dir", dir, "--bw", "32MiB")
+	wantCode(t, r, 0, "demo")
+	if n := strings.Count(r.stdout, "   OK    "+filepath.Join(dir, "pfs")); n != 4 {
+		t.Errorf("%d destinations verified OK, want 4:\n%s", n, r.stdout)
+	}
+	if n := strings.Count(r.stdout, "same bytes as the source, CRC32"); n != 4 {
+		t.Errorf("%d destinations compared equal, want 4", n)
+	}
+	wantIn(t, r.stdout, "flush complete (FLAG DONE)", "demo status view")
+	wantIn(t, r.stdout, "the daemon exited; STATE EXITING", "demo exit")
+	for _, p := range []string{"control/transfer.scrinfo", "scr-transferd.log", "pfs/scr.dataset.1/rank_0.sion"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("demo left no %s: %v", p, err)
+		}
+	}
+}
+
+func TestParseFlagsInterspersed(t *testing.T) {
+	fs := newFlags("wait")
+	timeout := fs.Duration("timeout", 0, "")
+	q := fs.Bool("quiet", false, "")
+	e := &env{ctx: context.Background()}
+	pos, err := parseFlags(e, fs, []string{"a", "--timeout", "3s", "b", "--quiet", "--", "--c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(pos, " ") != "a b --c" || *timeout != 3*time.Second || !*q {
+		t.Errorf("positional %q timeout %v quiet %v", pos, *timeout, *q)
+	}
+}
+
+func TestParseByteRate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64 // -1: an error
+	}{
+		{"0", 0}, {"52428800", 52428800}, {"52428800.000000", 52428800}, {"50M", 50 << 20}, {"50MB", 50 << 20},
+		{"1.5GiB", 1.5 * (1 << 30)}, {"4k/s", 4096}, {" 2 T ", 2 << 40}, {"100B", 100},
+		{"", -1}, {"-1", -1}, {"NaN", -1}, {"Inf", -1}, {"1e300G", -1}, {"12 apples", -1},
+	} {
+		got, err := parseByteRate(tc.in)
+		switch {
+		case tc.want < 0 && err == nil:
+			t.Errorf("parseByteRate(%q) = %v, want an error", tc.in, got)
+		case tc.want >= 0 && (err != nil || got != tc.want):
+			t.Errorf("parseByteRate(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestFormats(t *testing.T) {
+	for _, tc := range []struct {
+		n    float64
+		want string
+	}{{0, "0 B"}, {1023, "1023 B"}, {1024, "1.00 KiB"}, {1536, "1.50 KiB"}, {10 << 20, "10.0 MiB"}, {100 << 30, "100 GiB"}, {math.Pow(1024, 7), "1024 EiB"}} {
+		if got := formatBytes(tc.n); got != tc.want {
+			t.Errorf("formatBytes(%v) = %q, want %q", tc.n, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{{0, "0s"}, {1499 * time.Millisecond, "1s"}, {65 * time.Second, "1m05s"}, {2*time.Hour + 5*time.Minute, "2h05m"}, {200 * time.Hour, "8d08h"}} {
+		if got := formatDuration(tc.d); got != tc.want {
+			t.Errorf("formatDuration(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		src, dest string
+		width     int
+		want      string
+	}{
+		{"/a/b", "/c/d", 0, "/a/b → /c/d"},
+		{"/a/b", "/c/d", 40, "/a/b → /c/d"},
+		{"/cache/x/rank_0.ckpt", "/pfs/y/rank_0.ckpt", 30, "…/rank_0.ckpt → …y/rank_0.ckpt"},
+		{"/s", "/pfs/long/path/to/rank_0.ckpt", 20, "/s → …to/rank_0.ckpt"},
+	} {
+		if got := pathPair(tc.src, tc.dest, tc.width); got != tc.want {
+			t.Errorf("pathPair(%q, %q, %d) = %q, want %q", tc.src, tc.dest, tc.width, got, tc.want)
+		}
+	}
+}
+
+func FuzzParseByteRate(f *testing.F) {
+	for _, s := range []string{"0", "50M", "1.5GiB", "4k/s", "52428800.000000", "-1", "NaN", "1e400"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := parseByteRate(s)
+		if err == nil && !(v >= 0 && v <= 1<<62) {
+			t.Fatalf("parseByteRate(%q) = %v without an error", s, v)
+		}
+	})
+}
+
+// TestPrintMatchesKVTree prints files KVTree wrote and compares them with
+// KVTree's own printed form.
+func TestPrintMatchesKVTree(t *testing.T) {
+	for _, name := range []string{"transfer_library.scrinfo", "transfer_done_by_scr_transfer.scrinfo", "flush.scr"} {
+		path := shareddata.File(t, "kvtree", name)
+		want, err := os.ReadFile(path + ".txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := inproc(context.Background(), "print", path, "--indent", "2")
+		wantCode(t, r, 0, "print "+name)
+		if r.stdout != string(want) {
+			t.Errorf("print %s:\n%s\nwant:\n%s", name, r.stdout, want)
+		}
+		r = inproc(context.Background(), "print", "--json", path)
+		wantCode(t, r, 0, "print --json "+name)
+		var v map[string]any
+		if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || len(v) == 0 {
+			t.Errorf("print --json %s: %v\n%s", name, err, r.stdout)
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+const helpControl = `
+Writes COMMAND into the transfer file under the same lock as the SCR
+library; run also removes FLAG DONE, as the library does when it starts a
+flush. The file is created if it does not exist.
+
+With --wait the command returns once the daemon has answered: STATE RUNNING
+(or FLAG DONE, a flush that is already complete) for run, STATE STOPPED for
+stop, STATE EXITING for exit. To be sure the answer comes from a live daemon
+and not from a STATE left in the file by an earlier one, --wait also removes
+STATE; a running daemon records its state again at once (the protocol asks
+it to whenever the key is missing). Without a daemon, --wait runs into its
+--timeout (exit status 1).`
+
+const helpAdd = `
+Adds (or resets) FILES/SRC with DESTINATION DEST, SIZE and WRITTEN 0, as the
+SCR library does when it starts an asynchronous flush. SRC and DEST are made
+absolute. SIZE is the size of SRC unless --size is given. This does not ask
+the daemon to copy: run does.`
+
+const helpSet = `
+bw VALUE      BW, the average copy rate in bytes per second: a number with an
+              optional K, M, G or T suffix (powers of 1024, as SCR's
+              parameters); 0 removes the limit.
+percent VALUE PERCENT, the share of time the daemon may spend copying, 0 to
+              100; 0 removes the limit.
+Values are written in C's "%f" form, as the library writes them. The daemon
+applies a change at once.`
+
+// controlCmd returns the run, stop or exit command.
+func controlCmd(name string) func(*env, []string) error {
+	return func(e *env, args []string) error {
+		fs := newFlags(name)
+		wait := fs.Bool("wait", false, "wait until the daemon has answered (see above)")
+		timeout := fs.Duration("timeout", 0, "with --wait, give up after this long (0: wait for ever)")
+		poll := fs.Duration("poll", defaultPoll, "with --wait, check the file's metadata this often besides inotify")
+		locking := lockingFlag(fs)
+		pos, err := parseFlags(e, fs, args)
+		if err != nil {
+			return err
+		}
+		if err := wantArgs(pos, 1, "exactly one TRANSFERFILE"); err != nil {
+			return err
+		}
+		if *timeout < 0 || *poll <= 0 {
+			return usageError{"--timeout must not be negative and --poll must be positive"}
+		}
+		if *timeout > 0 && !*wait {
+			return usageError{"--timeout only applies with --wait"}
+		}
+		store, err := openStore(pos[0], *locking)
+		if err != nil {
+			return err
+		}
+		cmd := map[string]transfer.Command{"run": transfer.Run, "stop": transfer.Stop, "exit": transfer.Exit}[name]
+		if _, _, err := store.Update(func(t *hashfile.Tree) error {
+			transfer.SetCommand(t, cmd)
+			if *wait {
+				t.Unset(transfer.KeyState)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if !*wait {
+			return nil
+		}
+		want := map[transfer.Command]transfer.State{transfer.Run: transfer.Running, transfer.Stop: transfer.Stopped, transfer.Exit: transfer.Exiting}[cmd]
+		ctx, cancel := withTimeout(e.ctx, *timeout)
+		defer cancel()
+		var reached string
+		err = watchView(ctx, store, *poll, *timeout, func(v transfer.View) (bool, error) {
+			switch {
+			case v.Command != cmd:
+				return false, fmt.Errorf("%s: COMMAND is now %s: another writer changed it while waiting for STATE %s",
+					store.Path(), commandText(v), want)
+			case v.State == want:
+				reached = "STATE " + string(want)
+				return true, nil
+			case cmd == transfer.Run && v.Done:
+				reached = "FLAG DONE (the flush is complete)"
+				return true, nil
+			}
+			return false, nil
+		}, func(v transfer.View) string {
+			return fmt.Sprintf("the daemon has not recorded STATE %s in %s (%s)", want, store.Path(), stateText(v))
+		})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s: %s\n", store.Path(), reached)
+		return nil
+	}
+}
+
+func commandText(v transfer.View) string {
+	switch {
+	case v.Unknown != "":
+		return v.Unknown
+	case v.Command == transfer.None:
+		return "missing"
+	}
+	return string(v.Command)
+}
+
+// stateText says what STATE a reading holds, for error messages.
+func stateText(v transfer.View) string {
+	if v.State == "" {
+		return "no STATE: no daemon has answered; is scr-transferd running on this file?"
+	}
+	return "STATE is " + string(v.State)
+}
+
+func cmdAdd(e *env, args []string) error {
+	fs := newFlags("add")
+	size := fs.String("size", "", "SIZE to record instead of the size of SRC (bytes, or with a K/M/G suffix)")
+	locking := lockingFlag(fs)
+	pos, err := parseFlags(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 3, "TRANSFERFILE SRC DEST"); err != nil {
+		return err
+	}
+	src, err := filepath.Abs(pos[1])
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[1], err)
+	}
+	dest, err := filepath.Abs(pos[2])
+	if err != nil {
+		return fmt.Errorf("%s: %w", pos[2], err)
+	}
+	var n int64
+	if *size != "" {
+		v, err := parseByteRate(*size)
+		if err != nil || v != math.Trunc(v) {
+			return usageError{fmt.Sprintf("--size %q: want a whole number of bytes", *size)}
+		}
+		n = int64(v)
+	} else {
+		fi, err := os.Stat(src)
+		if err != nil {
+			return fmt.Errorf("source %w (give --size to add a file that does not exist yet)", err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("source %s: not a regular file (%s)", src, fi.Mode().Type())
+		}
+		n = fi.Size()
+	}
+	store, err := openStore(pos[0], *locking)
+	if err != nil {
+		return err
+	}
+	_, _, err = store.Update(func(t *hashfile.Tree) error {
+		transfer.AddFile(t, src, dest, n)
+		return nil
+	})
+	return err
+}
+
+func cmdSet(e *env, args []string) error {
+	fs := newFlags("set")
+	locking := lockingFlag(fs)
+	pos, err := parseFlags(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 3, "TRANSFERFILE bw|percent VALUE"); err != nil {
+		return err
+	}
+	var edit func(*hashfile.Tree)
+	switch key := strings.ToLower(pos[1]); key {
+	case "bw":
+		v, err := parseByteRate(pos[2])
+		if err != nil {
+			return usageError{"bw: " + err.Error()}
+		}
+		edit = func(t *hashfile.Tree) { transfer.SetBW(t, v) }
+	case "percent":
+		v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(pos[2]), "%"), 64)
+		if err != nil || !(v >= 0 && v <= 100) {
+			return usageError{fmt.Sprintf("percent: %q is not a number from 0 to 100", pos[2])}
+		}
+		edit = func(t *hashfile.Tree) { transfer.SetPercent(t, v) }
+	default:
+		return usageError{fmt.Sprintf("unknown setting %q: want bw or percent", pos[1])}
+	}
+	store, err := openStore(pos[0], *locking)
+	if err != nil {
+		return err
+	}
+	_, _, err = store.Update(func(t *hashfile.Tree) error {
+		edit(t)
+		return nil
+	})
+	return err
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"crypto/md5"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash/crc32"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The demo's sample checkpoints, laid out byte for byte the way each
+// library writes its files: a SIONlib
+// container whose chunks are partly filled (gaps left as holes), an FTI-FF
+// checkpoint, a SciDAC (QIO) LIME file with its checksums, and a plain file.
+
+// demoFile is one sample checkpoint.
+type demoFile struct {
+	name string
+	kind string
+	make func(path string) error
+}
+
+func demoFiles() []demoFile {
+	return []demoFile{
+		{"rank_0.sion", "sion", writeDemoSION},
+		{"Ckpt1-Rank1.fti", "fti-ff", writeDemoFTIFF},
+		{"rank_2.lime", "lime", writeDemoLIME},
+		{"rank_3.ckpt", "plain", func(p string) error { return os.WriteFile(p, fill(3<<20, 3), 0o644) }},
+	}
+}
+
+// fill returns n bytes of a non-zero pattern that differs with seed.
+func fill(n int, seed uint32) []byte {
+	b := make([]byte, n)
+	x := seed*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x) | 1
+	}
+	return b
+}
+
+// sionTaskSpec is one task of the demo container: its chunk request and the
+// bytes it wrote into each of its chunks.
+type sionTaskSpec struct {
+	chunk  int64
+	blocks []int64
+}
+
+// writeDemoSION writes a single-file SIONlib container (file format 5,
+// little-endian, as the generic API writes it) of four tasks whose chunks
+// are only partly filled. Only META1, the written part of each chunk and
+// META2 are written; everything else is a hole.
+func writeDemoSION(path string) error {
+	const fsblk = 1 << 20
+	tasks := []sionTaskSpec{
+		{2 << 20, []int64{1536 << 10, 768 << 10}},
+		{2 << 20, []int64{2 << 20, 512 << 10}},
+		{1 << 20, []int64{300 << 10}},
+		{2 << 20, []int64{1 << 20, 2 << 20}},
+	}
+	o := binary.LittleEndian
+	n := int64(len(tasks))
+	headerEnd := 1088 + 16*n
+	roundup := func(x int64) int64 { return (x + fsblk - 1) / fsblk * fsblk }
+	start0 := roundup(headerEnd)
+	caps := make([]int64, n)
+	var globalSkip int64
+	maxChunks := 1
+	for i, t := range tasks {
+		caps[i] = roundup(t.chunk)
+		globalSkip += caps[i]
+		maxChunks = max(maxChunks, len(t.blocks))
+	}
+	m := int64(maxChunks)
+	sov := start0 + m*globalSkip
+
+	meta1 := make([]byte, headerEnd)
+	copy(meta1, "sion")
+	// Bytes 4..7: the endianness word, all zero for a little-endian writer.
+	o.PutUint32(meta1[8:], 1007)            // SIONlib 1.7
+	o.PutUint32(meta1[12:], 6)              // patch level
+	o.PutUint32(meta1[16:], 5)              // file format version
+	o.PutUint32(meta1[20:], fsblk)          // fsblksize
+	o.PutUint32(meta1[24:], uint32(n))      // tasks in this file
+	o.PutUint32(meta1[28:], 1)              // nfiles
+	o.PutUint32(meta1[32:], 0)              // filenumber
+	o.PutUint64(meta1[36:], uint64(50)<<32) // flag1: no key-value mode
+	copy(meta1[52:], filepath.Base(path))
+	for i := range tasks {
+		o.PutUint64(meta1[1076+8*i:], uint64(i))                  // global rank
+		o.PutUint64(meta1[1076+8*n+8*int64(i):], uint64(caps[i])) // chunk capacity
+	}
+	o.PutUint32(meta1[1076+16*n:], uint32(maxChunks))
+	o.PutUint64(meta1[1080+16*n:], uint64(sov))
+
+	meta2 := make([]byte, 8*n*(1+m))
+	for i, t := range tasks {
+		o.PutUint64(meta2[8*i:], uint64(len(t.blocks)))
+		for b, used := range t.blocks {
+			o.PutUint64(meta2[8*n+8*(int64(b)*n+int64(i)):], uint64(used))
+		}
+	}
+
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	write := func(b []byte, off int64) {
+		if err == nil {
+			_, err = f.WriteAt(b, off)
+		}
+	}
+	write(meta1, 0)
+	for b := range maxChunks {
+		start := start0 + int64(b)*globalSkip
+		for i, t := range tasks {
+			if b < len(t.blocks) {
+				write(fill(int(t.blocks[b]), uint32(100+10*i+b)), start)
+			}
+			start += caps[i]
+		}
+	}
+	write(meta2, sov)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// writeDemoFTIFF writes an FTI-FF checkpoint as FTI 1.6 does for a first
+// checkpoint: the variables' data, then one block of chunk records with
+// their MD5s, then the 106-byte file meta with the file checksum and the
+// meta's own hash.
+func writeDemoFTIFF(path string) error {
+	o := binary.LittleEndian
+	sizes := []int{1 << 20, 640 << 10, 384 << 10}
+	var data, table []byte
+	fileSum := md5.New()
+	table = o.AppendUint32(table, uint32(len(sizes)))
+	var dbsize uint64
+	for _, s := range sizes {
+		dbsize += uint64(s)
+	}
+	table = o.AppendUint64(table, dbsize)
+	for i, s := range sizes {
+		v := fill(s, uint32(200+i))
+		sum := md5.Sum(v)
+		fileSum.Write(sum[:])
+		rec := o.AppendUint32(nil, uint32(i+1))      // variable id
+		rec = o.AppendUint32(rec, 0)                 // container id
+		rec = append(rec, 1, 0)                      // hascontent, hasCkpt
+		rec = o.AppendUint64(rec, 0)                 // dptr
+		rec = o.AppendUint64(rec, uint64(len(data))) // fptr
+		rec = o.AppendUint64(rec, uint64(s))         // chunk size
+		rec = o.AppendUint64(rec, uint64(s))         // container size
+		rec = append(rec, sum[:]...)
+		table = append(table, rec...)
+		data = append(data, v...)
+	}
+	const metaSize = 106
+	var checksum [33]byte
+	copy(checksum[:], hex.EncodeToString(fileSum.Sum(nil)))
+	dataSize := int64(len(data))
+	ckptSize := dataSize + int64(len(table)) + metaSize
+	metaTotal := ckptSize - dataSize
+	const maxFs, ptFs = -1, -1
+	timestamp := uint32(0x5eed5eed)
+	h := md5.New()
+	h.Write(checksum[:])
+	h.Write(o.AppendUint32(nil, timestamp))
+	for _, v := range []int64{ckptSize, metaTotal, dataSize, ckptSize, ptFs, maxFs} {
+		h.Write(o.AppendUint64(nil, uint64(v)))
+	}
+	meta := append([]byte(nil), checksum[:]...)
+	meta = h.Sum(meta)
+	meta = o.AppendUint32(meta, 1) // checkpoint id
+	for _, v := range []int64{ckptSize, metaTotal, dataSize, ckptSize, maxFs, ptFs} {
+		meta = o.AppendUint64(meta, uint64(v))
+	}
+	meta = o.AppendUint32(meta, timestamp)
+	meta = append(meta, 0) // pad
+	if len(meta) != metaSize {
+		return fmt.Errorf("fti-ff meta of %d bytes, want %d", len(meta), metaSize)
+	}
+	out := append(append(data, table...), meta...)
+	return os.WriteFile(path, out, 0o644)
+}
+
+// LIME record header layout and flags.
+const (
+	limeHeader = 144
+	limeMB     = 0x80
+	limeME     = 0x40
+)
+
+type limeRecord struct {
+	typ  string
+	data []byte
+}
+
+// appendLIMEMessage appends the records of one message: a 144-byte
+// big-endian header each (magic, version 1, MB on the first and ME on the
+// last, payload length, type), then the payload padded with zeros to 8.
+func appendLIMEMessage(b []byte, recs ...limeRecord) []byte {
+	for i, r := range recs {
+		h := make([]byte, limeHeader)
+		binary.BigEndian.PutUint32(h, 0x456789ab)
+		binary.BigEndian.PutUint16(h[4:], 1)
+		if i == 0 {
+			h[6] |= limeMB
+		}
+		if i == len(recs)-1 {
+			h[6] |= limeME
+		}
+		binary.BigEndian.PutUint64(h[8:], uint64(len(r.data)))
+		copy(h[16:], r.typ)
+		b = append(b, h...)
+		b = append(b, r.data...)
+		b = append(b, make([]byte, (8-len(r.data)%8)%8)...)
+	}
+	return b
+}
+
+func xmlPayload(body string) []byte {
+	return append([]byte(`<?xml version="1.0" encoding="UTF-8"?>`+body), 0)
+}
+
+// writeDemoLIME writes a single SciDAC file (QIO's volfmt 0) holding one
+// lattice field of 3x3 complex single-precision matrices, four per site,
+// with its SciDAC checksums: the CRC32 of each site's datum, rotated by
+// the site's rank modulo 29 (suma) and 31 (sumb), all XORed together.
+func writeDemoLIME(path string) error {
+	dims := []int{8, 8, 8, 16}
+	const typesize, datacount = 72, 4
+	sites := 1
+	var dimsText strings.Builder
+	for _, d := range dims {
+		sites *= d
+		fmt.Fprintf(&dimsText, "%d ", d)
+	}
+	datum := typesize * datacount
+	field := fill(sites*datum, 300)
+	var suma, sumb uint32
+	for r := range sites {
+		c := crc32.ChecksumIEEE(field[r*datum : (r+1)*datum])
+		suma ^= bits.RotateLeft32(c, r%29)
+		sumb ^= bits.RotateLeft32(c, r%31)
+	}
+	var b []byte
+	b = appendLIMEMessage(b,
+		limeRecord{"scidac-private-file-xml", xmlPayload(fmt.Sprintf(
+			"<scidacFile><version>1.1</version><spacetime>%d</spacetime><dims>%s</dims><volfmt>0</volfmt></scidacFile>",
+			len(dims), dimsText.String()))},
+		limeRecord{"scidac-file-xml", xmlPayload("<info>scr-ctl demo lattice</info>")},
+	)
+	b = appendLIMEMessage(b,
+		limeRecord{"scidac-private-record-xml", xmlPayload(fmt.Sprintf(
+			"<scidacRecord><version>1.1</version><date>Thu Jan  1 00:00:00 1970 UTC</date><recordtype>0</recordtype>"+
+				"<datatype>QDP_F3_ColorMatrix</datatype><precision>F</precision><colors>3</colors>"+
+				"<typesize>%d</typesize><datacount>%d</datacount></scidacRecord>", typesize, datacount))},
+		limeRecord{"scidac-record-xml", xmlPayload("<info>gauge field</info>")},
+		limeRecord{"scidac-binary-data", field},
+		limeRecord{"scidac-checksum", xmlPayload(fmt.Sprintf(
+			"<scidacChecksum><version>1.0</version><suma>%x</suma><sumb>%x</sumb></scidacChecksum>", suma, sumb))},
+	)
+	return os.WriteFile(path, b, 0o644)
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Binaries built once for the tests that run real processes.
+var (
+	ctlBin    string
+	daemonBin string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "scr-ctl-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	ctlBin = filepath.Join(dir, "scr-ctl")
+	daemonBin = filepath.Join(dir, "scr-transferd")
+	for _, b := range []struct{ out, pkg string }{{ctlBin, "."}, {daemonBin, "../scr-transferd"}} {
+		if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", b.pkg, err, out)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// result is what a command printed and its exit status.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// ctl runs the scr-ctl binary.
+func ctl(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ctlBin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("scr-ctl %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// inproc runs scr-ctl in this process, as a person at a pipe would see it.
+func inproc(ctx context.Context, args ...string) result {
+	var out, errb bytes.Buffer
+	e := &env{ctx: ctx, stdout: &out, stderr: &errb, now: time.Now, term: func() (bool, int, int) { return false, 0, 0 }}
+	code := runEnv(e, args)
+	return result{out.String(), errb.String(), code}
+}
+
+// daemonProc is a running scr-transferd.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	logs   *bytes.Buffer
+	exited chan error
+}
+
+// startDaemon starts the daemon on tf; it is killed at the end of the test
+// if still running, and its log is shown if the test failed.
+func startDaemon(t *testing.T, tf string) *daemonProc {
+	t.Helper()
+	cmd := exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", tf)
+	d := &daemonProc{cmd: cmd, logs: &bytes.Buffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = d.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-d.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-d.exited
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.logs.String())
+		}
+	})
+	return d
+}
+
+// wantExit waits for the daemon to exit with status 0.
+func (d *daemonProc) wantExit(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case err := <-d.exited:
+		d.exited <- err
+		if err != nil {
+			t.Fatalf("daemon exit: %v", err)
+		}
+	case <-time.After(within):
+		t.Fatalf("daemon still running %s after EXIT", within)
+	}
+}
+
+// writeFile writes n bytes of a pattern to path, creating its directory.
+func writeFile(t *testing.T, path string, n int, seed uint32) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, fill(n, seed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sameFile(t *testing.T, a, b string) {
+	t.Helper()
+	same, _, err := compareFiles(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !same {
+		t.Fatalf("%s and %s differ", a, b)
+	}
+}
+
+func wantCode(t *testing.T, r result, code int, what string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("%s: want exit %d, got %s", what, code, r)
+	}
+}
+
+func wantIn(t *testing.T, s, sub, what string) {
+	t.Helper()
+	if !strings.Contains(s, sub) {
+		t.Fatalf("%s: %q not in:\n%s", what, sub, s)
+	}
+}

@@ -1,0 +1,232 @@
+// Command scr-transferd drains checkpoints from node-local storage to the
+// parallel file system in the background, driven by SCR's transfer file:
+//
+//	scr-transferd [flags] TRANSFERFILE
+//
+// It is launched like SCR's scr_transfer (one per node) and honours
+// SCR_TRANSFER_SECS and SCR_FILE_BUF_SIZE from the environment; flags
+// override them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/daemon"
+	"github.com/scr-transferd/scr-transferd/flush"
+	"github.com/scr-transferd/scr-transferd/hashfile"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// options are the command line after environment defaults.
+type options struct {
+	cfg       daemon.Config
+	logFormat string
+	logLevel  string
+	nice      int
+	ioIdle    bool
+	metrics   string
+}
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("scr-transferd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: scr-transferd [flags] TRANSFERFILE\n\n"+
+			"Copies every FILES entry of SCR's transfer file with WRITTEN < SIZE to its\n"+
+			"DESTINATION when the file says COMMAND RUN, throttled by BW and PERCENT.\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(stderr, "\nEnvironment: SCR_TRANSFER_SECS (default for --reread), SCR_FILE_BUF_SIZE (default for --buf-size).\n")
+	}
+	reread, err := envSeconds("SCR_TRANSFER_SECS", 60*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	bufSize, err := envBytes("SCR_FILE_BUF_SIZE", flush.DefaultBufSize)
+	if err != nil {
+		return nil, err
+	}
+	locking := fs.String("locking", "flock", "transfer-file lock: flock or fcntl (as KVTree was built)")
+	fs.DurationVar(&o.cfg.Reread, "reread", reread, "read the transfer file at least this often (SCR_TRANSFER_SECS)")
+	fs.DurationVar(&o.cfg.Poll, "poll", time.Second, "check the transfer file's metadata this often, for file systems without inotify")
+	fs.IntVar(&o.cfg.Flush.BufSize, "buf-size", bufSize, "bytes read and written at once (SCR_FILE_BUF_SIZE)")
+	fs.Int64Var(&o.cfg.Flush.SyncBytes, "sync-bytes", flush.DefaultSyncBytes, "fsync the destination and record WRITTEN after this many bytes")
+	fs.DurationVar(&o.cfg.Flush.SyncInterval, "sync-interval", flush.DefaultSyncInterval, "... or after this long, whichever comes first")
+	fs.BoolVar(&o.cfg.Flush.DropCache, "drop-cache", true, "drop copied pages from the page cache on both sides once durable")
+	verify := fs.String("verify", "before", "checkpoint checks: off, before (identify and check the format before copying), after (re-read the durable copy and compare CRC32), both")
+	fs.DurationVar(&o.cfg.RetryMin, "retry-min", time.Second, "first back-off after a file fails")
+	fs.DurationVar(&o.cfg.RetryMax, "retry-max", time.Minute, "longest back-off between attempts on a failing file")
+	fs.StringVar(&o.logFormat, "log-format", "console", "log format: console or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.cfg.Insecure, "insecure", false, "accept a transfer file or control directory owned by another user or writable by group/other")
+	fs.Func("allow-src", "only read sources under this directory (repeatable)", func(s string) error {
+		o.cfg.AllowSrc = append(o.cfg.AllowSrc, s)
+		return nil
+	})
+	fs.Func("allow-dest", "only write destinations under this directory (repeatable)", func(s string) error {
+		o.cfg.AllowDest = append(o.cfg.AllowDest, s)
+		return nil
+	})
+	fs.IntVar(&o.nice, "nice", 0, "add this to the process's nice value (0-19)")
+	fs.BoolVar(&o.ioIdle, "io-idle", false, "use the idle I/O scheduling class (ioprio)")
+	fs.StringVar(&o.metrics, "metrics-file", "", "write Prometheus metrics to this file (node_exporter textfile collector, *.prom), replaced atomically")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return nil, errors.New("want exactly one TRANSFERFILE")
+	}
+	o.cfg.TransferFile = fs.Arg(0)
+	if o.cfg.Locking, err = hashfile.ParseLocking(*locking); err != nil {
+		return nil, err
+	}
+	if o.cfg.Verify, err = daemon.ParseVerify(*verify); err != nil {
+		return nil, err
+	}
+	if o.nice < 0 || o.nice > 19 {
+		return nil, fmt.Errorf("--nice %d: want 0 to 19", o.nice)
+	}
+	return o, nil
+}
+
+func run(args []string, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "scr-transferd: %v\n", err)
+		return 2
+	}
+	log, err := newLogger(o.logFormat, o.logLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "scr-transferd: %v\n", err)
+		return 2
+	}
+	defer func() { _ = log.Sync() }()
+	o.cfg.Log = log
+	if err := lowerPriority(o.nice, o.ioIdle); err != nil {
+		log.Warn("cannot lower priority", zap.Error(err))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	svc := startService(log, absPath(o.cfg.TransferFile), o.metrics)
+	defer svc.close()
+	o.cfg.OnStatus = svc.onStatus
+	context.AfterFunc(ctx, svc.stopping)
+	err = daemon.Run(ctx, o.cfg)
+	svc.stopping()
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func newLogger(format, level string, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	switch format {
+	case "json":
+		enc = zapcore.NewJSONEncoder(ec)
+	case "console":
+		ec.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(ec)
+	default:
+		return nil, fmt.Errorf("--log-format %q: want console or json", format)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+}
+
+// envSeconds reads a number of seconds from the environment, as SCR's
+// parameters are given.
+func envSeconds(name string, def time.Duration) (time.Duration, error) {
+	s, ok := os.LookupEnv(name)
+	if !ok || strings.TrimSpace(s) == "" {
+		return def, nil
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive number of seconds", name, s)
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}
+
+// envBytes reads a byte count from the environment, with SCR's optional
+// KB/MB/GB suffixes (powers of 1024).
+func envBytes(name string, def int) (int, error) {
+	s, ok := os.LookupEnv(name)
+	if !ok || strings.TrimSpace(s) == "" {
+		return def, nil
+	}
+	n, err := parseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", name, s, err)
+	}
+	return n, nil
+}
+
+func parseBytes(s string) (int, error) {
+	u := strings.ToUpper(strings.TrimSpace(s))
+	mult := 1
+	for _, suf := range []struct {
+		s string
+		m int
+	}{{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(u, suf.s) {
+			u, mult = strings.TrimSpace(strings.TrimSuffix(u, suf.s)), suf.m
+			break
+		}
+	}
+	n, err := strconv.Atoi(u)
+	if err != nil || n <= 0 || n > (1<<31)/mult {
+		return 0, errors.New("want a positive byte count such as 1048576 or 1MB")
+	}
+	return n * mult, nil
+}
+
+// lowerPriority makes the daemon yield to the application: a higher nice
+// value for CPU, and optionally the idle I/O class.
+func lowerPriority(nice int, ioIdle bool) error {
+	var errs []error
+	if nice > 0 {
+		cur, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+		if err == nil {
+			// The raw syscall returns 20-nice.
+			err = unix.Setpriority(unix.PRIO_PROCESS, 0, min(20-cur+nice, 19))
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nice: %w", err))
+		}
+	}
+	if ioIdle {
+		const ioprioClassIdle, ioprioClassShift, ioprioWhoProcess = 3, 13, 1
+		if _, _, e := unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, 0, ioprioClassIdle<<ioprioClassShift); e != 0 {
+			errs = append(errs, fmt.Errorf("ioprio idle: %w", e))
+		}
+	}
+	return errors.Join(errs...)
+}

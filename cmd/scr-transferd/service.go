@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/daemon"
+	"go.uber.org/zap"
+
+	"github.com/scr-transferd/scr-transferd/daemon"
+	"github.com/scr-transferd/scr-transferd/metrics"
+)
+
+// metricsEvery bounds how often the metrics file is rewritten while the
+// status changes (every second during a copy); the collector reads it far
+// less often.
+const metricsEvery = time.Second
+
+// service gives the daemon its service manners outside the daemon's loop:
+// sd_notify (READY=1 once the first STATE is recorded, STATUS=, WATCHDOG=1,
+// STOPPING=1) and the metrics file. The loop's OnStatus only hands over
+// the latest snapshot, so a slow notification socket or metrics directory
+// never holds up a copy.
+type service struct {
+	log     *zap.Logger
+	metrics *metrics.Textfile // nil without --metrics-file
+	notify  func(state string) (bool, error)
+
+	mu     sync.Mutex
+	latest daemon.Status
+	fresh  bool // latest not yet handled
+	wake   chan struct{}
+
+	stopOnce sync.Once
+	cancel   context.CancelFunc
+	finished chan struct{}
+}
+
+// startService starts the service goroutine; metricsFile may be empty.
+// Stop it with close.
+func startService(log *zap.Logger, transferFile, metricsFile string) *service {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &service{
+		log:      log,
+		notify:   func(state string) (bool, error) { return sd.SdNotify(false, state) },
+		wake:     make(chan struct{}, 1),
+		cancel:   cancel,
+		finished: make(chan struct{}),
+	}
+	if metricsFile != "" {
+		s.metrics = metrics.NewTextfile(metricsFile, transferFile)
+	}
+	go func() {
+		defer close(s.finished)
+		s.loop(ctx)
+	}()
+	return s
+}
+
+// onStatus is daemon.Config.OnStatus: it records the snapshot and wakes
+// the service goroutine without waiting.
+func (s *service) onStatus(st daemon.Status) {
+	s.mu.Lock()
+	s.latest, s.fresh = st, true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stopping tells systemd the service is shutting down (once).
+func (s *service) stopping() {
+	s.stopOnce.Do(func() { s.send("STOPPING=1") })
+}
+
+// close handles the last snapshot (the final metrics) and stops the
+// service goroutine.
+func (s *service) close() {
+	s.cancel()
+	<-s.finished
+}
+
+func (s *service) loop(ctx context.Context) {
+	var watchdog <-chan time.Time
+	if d, err := sd.SdWatchdogEnabled(false); err != nil {
+		s.log.Warn("systemd watchdog settings unusable", zap.Error(err))
+	} else if d > 0 {
+		t := time.NewTicker(d / 2)
+		defer t.Stop()
+		watchdog = t.C
+		s.log.Info("systemd watchdog", zap.Duration("timeout", d), zap.Duration("ping_every", d/2))
+	}
+	tick := time.NewTicker(metricsEvery)
+	defer tick.Stop()
+	ready := false
+	dirty := false // metrics to write at the next tick
+	var last daemon.Status
+	handle := func(final bool) {
+		s.mu.Lock()
+		st, fresh := s.latest, s.fresh
+		s.fresh = false
+		s.mu.Unlock()
+		if fresh {
+			last = st
+			status := "STATUS=" + statusLine(st)
+			if !ready {
+				// The first snapshot comes once the daemon has recorded
+				// its first STATE in the transfer file.
+				ready = true
+				s.send("READY=1\n" + status)
+				dirty = true
+				s.writeMetrics(st)
+				return
+			}
+			s.send(status)
+			dirty = true
+		}
+		if final && ready {
+			s.writeMetrics(last)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			handle(true)
+			return
+		case <-s.wake:
+			handle(false)
+		case <-tick.C:
+			if dirty {
+				dirty = false
+				s.writeMetrics(last)
+			}
+		case <-watchdog:
+			s.send("WATCHDOG=1")
+		}
+	}
+}
+
+func (s *service) writeMetrics(st daemon.Status) {
+	if s.metrics == nil {
+		return
+	}
+	if err := s.metrics.Update(metrics.Sample{
+		State:          string(st.State),
+		BytesCopied:    st.BytesCopied,
+		BytesDurable:   st.BytesWritten,
+		BytesPending:   st.BytesPending,
+		Rate:           st.Rate,
+		FilesInError:   st.FilesInError,
+		ThrottleSleeps: st.ThrottleSleeps,
+		ThrottleSlept:  st.ThrottleSlept,
+		LastSuccess:    st.LastSuccess,
+	}); err != nil {
+		s.log.Warn("cannot write the metrics file", zap.Error(err))
+	}
+}
+
+// send passes state to sd_notify; without NOTIFY_SOCKET it does nothing.
+func (s *service) send(state string) {
+	if _, err := s.notify(state); err != nil {
+		s.log.Warn("sd_notify failed", zap.String("state", state), zap.Error(err))
+	}
+}
+
+// statusLine is the one-line STATUS= shown by systemctl status.
+func statusLine(st daemon.Status) string {
+	s := string(st.State)
+	if st.File != "" {
+		s += fmt.Sprintf(": copying %s at %s/s", st.File, iec(st.Rate))
+	} else {
+		s += ": idle"
+	}
+	s += fmt.Sprintf("; %s pending", iec(float64(st.BytesPending)))
+	if st.FilesInError > 0 {
+		s += fmt.Sprintf("; %d files in error", st.FilesInError)
+	}
+	return s
+}
+
+// iec writes n bytes in IEC units.
+func iec(n float64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return strconv.FormatFloat(n, 'f', 0, 64) + " B"
+	}
+	i := -1
+	for n >= 1024 && i < len(units)-1 {
+		n /= 1024
+		i++
+	}
+	return strconv.FormatFloat(n, 'f', 1, 64) + " " + units[i:i+1] + "iB"
+}
+
+// absPath returns path made absolute, or path itself if that fails.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}

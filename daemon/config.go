@@ -1,0 +1,119 @@
+// Package daemon is scr-transferd's run loop: it watches the transfer file,
+// obeys the library's COMMAND, records STATE, and drives the copy engine
+// over every file with bytes left, one at a time, recording WRITTEN as bytes
+// become durable and ERROR when a file cannot be flushed.
+package daemon
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scr-transferd/scr-transferd/flush"
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// Verify selects when checkpoint integrity is checked.
+type Verify int
+
+const (
+	// VerifyOff copies without looking at the checkpoint's format.
+	VerifyOff Verify = iota
+	// VerifyBefore identifies and checks the file before copying it, and
+	// copies only the data ranges of a SIONlib container.
+	VerifyBefore
+	// VerifyAfter re-reads the durable copy and compares its CRC32 with
+	// the CRC32 of what was read from the source, before publishing it.
+	VerifyAfter
+	// VerifyBoth does both.
+	VerifyBoth
+)
+
+// ParseVerify accepts off, before, after or both.
+func ParseVerify(s string) (Verify, error) {
+	switch s {
+	case "off":
+		return VerifyOff, nil
+	case "before":
+		return VerifyBefore, nil
+	case "after":
+		return VerifyAfter, nil
+	case "both":
+		return VerifyBoth, nil
+	}
+	return VerifyOff, fmt.Errorf("unknown verify mode %q: want off, before, after or both", s)
+}
+
+func (v Verify) String() string {
+	return [...]string{"off", "before", "after", "both"}[v]
+}
+
+func (v Verify) before() bool { return v == VerifyBefore || v == VerifyBoth }
+func (v Verify) after() bool  { return v == VerifyAfter || v == VerifyBoth }
+
+// Config is how a daemon runs.
+type Config struct {
+	TransferFile string
+	Locking      hashfile.Locking
+
+	// Poll is how often the transfer file's metadata is checked for a
+	// change that file-system notification may have missed (file systems
+	// without inotify); Reread is how often it is read regardless, as the
+	// original daemon did every SCR_TRANSFER_SECS.
+	Poll, Reread time.Duration
+
+	Flush  flush.Options
+	Verify Verify
+
+	// RetryMin and RetryMax bound the back-off between attempts on a file
+	// in error.
+	RetryMin, RetryMax time.Duration
+
+	// Insecure accepts a transfer file or control directory that another
+	// user owns or that group or other may write.
+	Insecure bool
+	// AllowSrc and AllowDest, when not empty, confine the files the daemon
+	// reads and writes to these directory prefixes.
+	AllowSrc, AllowDest []string
+
+	Log *zap.Logger
+
+	// OnStatus, if set, is called from the daemon's loop with a snapshot
+	// whenever the state, the file being copied or its progress changes.
+	OnStatus func(Status)
+}
+
+// Status is a snapshot of what the daemon is doing, for sd_notify and
+// metrics.
+type Status struct {
+	State          transfer.State
+	File           string  // source being copied, "" when idle
+	Rate           float64 // bytes/s made durable, averaged over the current file
+	BytesCopied    int64   // bytes this process made durable since it started (monotonic)
+	BytesWritten   int64   // durable bytes of all files in the transfer file
+	BytesPending   int64   // bytes still to copy
+	FilesInError   int
+	ThrottleSleeps uint64
+	ThrottleSlept  time.Duration
+	LastSuccess    time.Time // when a file last completed; zero if never
+}
+
+func (c *Config) setDefaults() {
+	if c.Poll <= 0 {
+		c.Poll = time.Second
+	}
+	if c.Reread <= 0 {
+		c.Reread = 60 * time.Second
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = time.Second
+	}
+	if c.RetryMax < c.RetryMin {
+		c.RetryMax = max(c.RetryMin, time.Minute)
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+}

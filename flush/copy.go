@@ -1,0 +1,621 @@
+package flush
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Defaults and bounds for Options.
+const (
+	DefaultBufSize      = 1 << 20         // Options.BufSize when unset (SCR_FILE_BUF_SIZE's default)
+	MaxBufSize          = 64 << 20        // larger Options.BufSize values are reduced to this
+	MinBufSize          = 4 << 10         // smaller positive Options.BufSize values are raised to this
+	DefaultSyncBytes    = 64 << 20        // Options.SyncBytes when unset
+	DefaultSyncInterval = 2 * time.Second // Options.SyncInterval when unset
+)
+
+const (
+	// kickBytes: writeback of the partial copy is started every kickBytes so
+	// that the fsync closing a batch finds little left to write.
+	kickBytes = 8 << 20
+	// tempSuffix ends the name of a partial copy.
+	tempSuffix = ".scrpart"
+	// nameMax is the longest file name Linux file systems accept.
+	nameMax = 255
+)
+
+// Range is a span [Off, Off+Len) of the source that holds data.
+type Range struct{ Off, Len int64 }
+
+// Options tune a Copier. Zero values select the defaults.
+type Options struct {
+	// BufSize is the number of bytes read and written at once (default
+	// DefaultBufSize, bounded to [MinBufSize, MaxBufSize]). Under a bandwidth
+	// limit chunks shrink to about 1/64 s of transfer.
+	BufSize int
+	// SyncBytes: the partial copy is fsynced and the progress committed after
+	// this many bytes were copied (default DefaultSyncBytes) ...
+	SyncBytes int64
+	// SyncInterval: ... or after this long, whichever comes first (default
+	// DefaultSyncInterval).
+	SyncInterval time.Duration
+	// DropCache asks the kernel (posix_fadvise DONTNEED) to drop the source
+	// and destination pages of each range once it is durable.
+	DropCache bool
+	// VerifyAfter re-reads the durable partial copy before publishing it and
+	// compares its CRC32 with the CRC32 of the data read from the source.
+	// On a resume the source prefix is read again for that purpose. On a
+	// mismatch the partial copy is removed, so the next Copy starts over.
+	//
+	// Reads that only compute a CRC (this check, and the prefix of a resumed
+	// copy) are paced by the CPU share but not counted against the bandwidth
+	// limit, which applies to bytes copied.
+	VerifyAfter bool
+}
+
+// Job is one file to copy, as the transfer file describes it.
+type Job struct {
+	Src     string // file in the cache (FILES/<src>)
+	Dst     string // its DESTINATION on the parallel file system
+	Size    int64  // SIZE from the transfer file
+	Written int64  // WRITTEN from the transfer file: the offset to resume from
+	// Ranges lists the spans of the source that hold data (in any order,
+	// possibly overlapping); everything else is copied as a hole and counts
+	// as zeros. Nil means the whole file, with holes found by
+	// SEEK_DATA/SEEK_HOLE; an empty non-nil slice means the file is all hole.
+	Ranges []Range
+}
+
+// Result reports how far a copy got. It is meaningful even when Copy returns
+// an error.
+type Result struct {
+	// Written is the durable offset reached: every byte before it is fsynced
+	// in the partial copy (or in the published file), so a later Copy with
+	// Job.Written set to it resumes there. It equals Size when Complete, and
+	// is 0 when the partial copy had to be discarded (source changed,
+	// verification failed).
+	Written int64
+	// CRC is the IEEE CRC32 of bytes [0,Size), holes counting as zeros; valid
+	// when Complete.
+	CRC uint32
+	// Complete is set once the destination is durable under its final name.
+	Complete bool
+	// Restarted, when not empty, says why the job's WRITTEN could not be
+	// resumed and the copy started again from offset 0.
+	Restarted string
+}
+
+// Copier copies files; it owns the buffers and timer reused by every copy.
+// A Copier is used by one goroutine at a time.
+type Copier struct {
+	t      *Throttle
+	o      Options
+	buf    []byte
+	timer  *time.Timer
+	ranges []Range // scratch for a Job's normalized Ranges
+}
+
+// NewCopier returns a Copier throttled by t (nil: no limits) and tuned by o.
+func NewCopier(t *Throttle, o Options) *Copier {
+	switch {
+	case o.BufSize <= 0:
+		o.BufSize = DefaultBufSize
+	case o.BufSize < MinBufSize:
+		o.BufSize = MinBufSize
+	case o.BufSize > MaxBufSize:
+		o.BufSize = MaxBufSize
+	}
+	if o.SyncBytes <= 0 {
+		o.SyncBytes = DefaultSyncBytes
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = DefaultSyncInterval
+	}
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
+	return &Copier{t: t, o: o, buf: make([]byte, o.BufSize), timer: tm}
+}
+
+// TempPath returns where the partial copy of dst lives: a hidden file in the
+// same directory, ".<base>.scrpart" (with the base shortened and a hash of
+// it added when the name would exceed 255 bytes).
+func TempPath(dst string) string {
+	dst = filepath.Clean(dst)
+	base := filepath.Base(dst)
+	name := "." + base + tempSuffix
+	if len(name) > nameMax {
+		keep := nameMax - len(".") - len(".01234567") - len(tempSuffix)
+		name = fmt.Sprintf(".%s.%08x%s", base[:keep], crc32.ChecksumIEEE([]byte(base)), tempSuffix)
+	}
+	return filepath.Join(filepath.Dir(dst), name)
+}
+
+// Copy copies job.Src to job.Dst, resuming at job.Written when the partial
+// copy left by an earlier Copy allows it, and restarting from 0 (saying why
+// in Result.Restarted, and committing 0) when it does not.
+//
+// The data goes to TempPath(job.Dst), in batches of Options.SyncBytes or
+// Options.SyncInterval; after each batch is fsynced Copy calls
+// commit(offset) with an offset < job.Size. Once everything is copied, the
+// partial copy is extended to Size, fsynced, optionally verified, renamed to
+// job.Dst and the directory fsynced; only then is commit(job.Size) called.
+// A failing commit stops the copy and its error is returned wrapped.
+//
+// When ctx ends, Copy fsyncs and commits what it has copied and returns an
+// error wrapping ctx.Err(). commit may be nil.
+func (c *Copier) Copy(ctx context.Context, job Job, commit func(written int64) error) (Result, error) {
+	if commit == nil {
+		commit = func(int64) error { return nil }
+	}
+	r := run{c: c, ctx: ctx, job: job, commit: commit, src: -1, tmp: -1}
+	err := r.do()
+	if cerr := r.closeFiles(); err == nil {
+		err = cerr
+	}
+	return r.res, err
+}
+
+// run is the state of one Copy.
+type run struct {
+	c      *Copier
+	ctx    context.Context
+	job    Job
+	commit func(int64) error
+	res    Result
+
+	srcName, dstName string // "source <path>", "destination <path>", for messages
+	dst, tmpPath     string
+	src, tmp         int // file descriptors, -1 when closed
+	srcStat          unix.Stat_t
+	seg              segmenter // over the source
+
+	pos      int64 // data before pos is written to the partial copy
+	crc      uint32
+	crcPos   int64 // crc covers [0,crcPos)
+	tempSize int64 // size of the partial copy
+	unsynced int64 // bytes written since the last fsync
+	lastSync time.Time
+	kicked   int64 // writeback started up to here
+	dropped  int64 // page cache dropped up to here
+
+	dirsPending   bool     // directory entries not yet fsynced
+	newDirParents []string // parents of directories this copy created
+}
+
+func (r *run) do() error {
+	job := &r.job
+	if job.Src == "" || job.Dst == "" {
+		return fmt.Errorf("%w: source %q or destination %q is empty", ErrInvalidJob, job.Src, job.Dst)
+	}
+	r.srcName, r.dstName = "source "+job.Src, "destination "+job.Dst
+	if job.Size < 0 {
+		return fmt.Errorf("%s: %w: SIZE %d is negative", r.srcName, ErrInvalidJob, job.Size)
+	}
+	r.dst = filepath.Clean(job.Dst)
+	r.tmpPath = TempPath(r.dst)
+	if b := filepath.Base(r.dst); b == "/" || b == "." || b == ".." {
+		return fmt.Errorf("%s: %w: not a file name", r.dstName, ErrInvalidJob)
+	}
+	if s := filepath.Clean(job.Src); s == r.dst || s == r.tmpPath {
+		return fmt.Errorf("%s: %w: the destination is the source itself", r.dstName, ErrInvalidJob)
+	}
+	if job.Ranges != nil {
+		rs, err := normalizeRanges(r.c.ranges, job.Ranges, job.Size)
+		r.c.ranges = rs[:0]
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.srcName, err)
+		}
+		r.seg.explicit, r.seg.ranges = true, rs
+	}
+	if err := r.ctx.Err(); err != nil {
+		return r.interrupted(err, nil)
+	}
+	if err := r.openSource(); err != nil {
+		return err
+	}
+	if err := r.openTemp(); err != nil {
+		return r.interrupted(err, nil)
+	}
+	if err := r.copyData(); err != nil {
+		if r.isCtxErr(err) {
+			return r.interrupted(err, r.saveProgress())
+		}
+		return err
+	}
+	return r.interrupted(r.finish(), nil)
+}
+
+// isCtxErr tells whether err is the end of the run's context.
+func (r *run) isCtxErr(err error) bool {
+	cerr := r.ctx.Err()
+	return cerr != nil && errors.Is(err, cerr)
+}
+
+// interrupted returns err unchanged unless it is the end of the context,
+// which it wraps with the progress saved; saveErr is the failure, if any, to
+// save that progress.
+func (r *run) interrupted(err, saveErr error) error {
+	if err == nil || !r.isCtxErr(err) {
+		return err
+	}
+	err = fmt.Errorf("%s: copy to %s interrupted with %d bytes durable: %w", r.srcName, r.job.Dst, r.res.Written, err)
+	if saveErr != nil {
+		err = fmt.Errorf("%w; saving progress: %w", err, saveErr)
+	}
+	return err
+}
+
+// openSource opens the source and checks it against the job.
+func (r *run) openSource() error {
+	fd, err := openSource(r.job.Src)
+	if err != nil {
+		return osErr(r.srcName, "cannot open", err)
+	}
+	r.src, r.seg.fd = fd, fd
+	if err := unix.Fstat(fd, &r.srcStat); err != nil {
+		return osErr(r.srcName, "cannot stat", err)
+	}
+	if r.srcStat.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s: %w: it is %s", r.srcName, ErrNotRegular, fileKind(r.srcStat.Mode))
+	}
+	if r.srcStat.Size != r.job.Size {
+		return fmt.Errorf("%s: %w: the file holds %d bytes, the transfer file says %d", r.srcName, ErrSizeMismatch, r.srcStat.Size, r.job.Size)
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		return osErr(r.srcName, "cannot set blocking mode", err)
+	}
+	return nil
+}
+
+// openTemp resumes the partial copy at job.Written or starts a new one.
+func (r *run) openTemp() error {
+	var st unix.Stat_t
+	if err := unix.Lstat(r.dst, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		// rename(2) could not replace it: fail before copying anything.
+		return fmt.Errorf("%s: %w: it is a directory", r.dstName, unix.EISDIR)
+	}
+	w := r.job.Written
+	var why string
+	switch {
+	case w < 0:
+		why = fmt.Sprintf("WRITTEN %d is negative", w)
+	case w > r.job.Size:
+		why = fmt.Sprintf("WRITTEN %d exceeds SIZE %d", w, r.job.Size)
+	case w > 0:
+		ok, reason, err := r.resume()
+		if err != nil || ok {
+			return err
+		}
+		why = reason
+	}
+	if err := r.createTemp(); err != nil {
+		return err
+	}
+	if why != "" {
+		r.res.Restarted = why
+		if r.job.Size > 0 {
+			if err := r.commit(0); err != nil {
+				return fmt.Errorf("%s: recording the restart from 0: %w", r.srcName, err)
+			}
+		}
+	}
+	return nil
+}
+
+// resume opens the partial copy at job.Written. It returns ok=false with
+// the reason when the partial copy cannot be resumed.
+func (r *run) resume() (ok bool, why string, err error) {
+	w := r.job.Written
+	fd, err := openFile(r.tmpPath, unix.O_RDWR|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return false, fmt.Sprintf("partial copy %s is missing", r.tmpPath), nil
+	}
+	if err != nil {
+		return false, "", osErr(r.dstName, "cannot open partial copy "+r.tmpPath, err)
+	}
+	r.tmp = fd
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, "", osErr(r.dstName, "cannot stat partial copy "+r.tmpPath, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false, "", fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName, r.tmpPath, ErrNotRegular, fileKind(st.Mode))
+	}
+	if st.Size < w {
+		_ = r.closeTemp()
+		return false, fmt.Sprintf("partial copy %s holds %d bytes, fewer than WRITTEN %d", r.tmpPath, st.Size, w), nil
+	}
+	if st.Size > w {
+		if err := ftruncate(fd, w); err != nil {
+			return false, "", osErr(r.dstName, "cannot truncate partial copy "+r.tmpPath, err)
+		}
+	}
+	r.tempSize, r.pos, r.kicked, r.dropped = w, w, w, w
+	r.res.Written = w
+	// The CRC of the prefix: from the source when the copy is to be verified
+	// against it, else from the partial copy itself.
+	if r.c.o.VerifyAfter {
+		r.crc, err = r.crcOf(r.src, &r.seg, w, r.srcName)
+	} else {
+		r.crc, err = r.crcOf(fd, &segmenter{fd: fd}, w, r.dstName+": partial copy "+r.tmpPath)
+	}
+	if err != nil {
+		return false, "", err
+	}
+	r.crcPos = w
+	r.lastSync = time.Now()
+	return true, "", nil
+}
+
+// createTemp creates (or empties) the partial copy and its directories.
+func (r *run) createTemp() error {
+	parents, err := mkdirAll(filepath.Dir(r.tmpPath), r.dstName)
+	r.newDirParents = parents
+	if err != nil {
+		return err
+	}
+	fd, err := openFile(r.tmpPath, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, 0o666)
+	if err != nil {
+		return osErr(r.dstName, "cannot create partial copy "+r.tmpPath, err)
+	}
+	r.tmp = fd
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return osErr(r.dstName, "cannot stat partial copy "+r.tmpPath, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName, r.tmpPath, ErrNotRegular, fileKind(st.Mode))
+	}
+	r.dirsPending = true
+	r.tempSize, r.pos, r.crc, r.crcPos, r.kicked, r.dropped = 0, 0, 0, 0, 0, 0
+	r.res.Written = 0
+	r.lastSync = time.Now()
+	return nil
+}
+
+// copyData copies the data ranges of [pos,Size), committing batches.
+func (r *run) copyData() error {
+	size := r.job.Size
+	buf, t, tm := r.c.buf, r.c.t, r.c.timer
+	for r.pos < size {
+		ds, de, ok, err := r.seg.next(r.pos, size)
+		if err != nil {
+			return osErr(r.srcName, "cannot locate data (SEEK_DATA/SEEK_HOLE)", err)
+		}
+		if !ok {
+			break
+		}
+		for off := ds; off < de; {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			n := int(min(int64(t.chunkSize(len(buf))), de-off))
+			if err := t.waitBytes(r.ctx, n, tm); err != nil {
+				return err
+			}
+			got, err := preadFull(r.src, buf[:n], off)
+			if err != nil {
+				return osErr(r.srcName, fmt.Sprintf("cannot read at byte %d", off), err)
+			}
+			if got < n {
+				return r.sourceChanged(fmt.Sprintf("it ended at byte %d, SIZE is %d", off+int64(got), size))
+			}
+			if err := pwriteFull(r.tmp, buf[:n], off); err != nil {
+				return osErr(r.dstName, "cannot write partial copy "+r.tmpPath, err)
+			}
+			r.crc = crc32.Update(crcZeros(r.crc, off-r.crcPos), crc32.IEEETable, buf[:n])
+			off += int64(n)
+			r.crcPos, r.pos, r.unsynced = off, off, r.unsynced+int64(n)
+			r.tempSize = max(r.tempSize, off)
+			if off-r.kicked >= kickBytes {
+				// A hint only: errors are left for the fsync to report.
+				_ = unix.SyncFileRange(r.tmp, r.kicked, off-r.kicked, unix.SYNC_FILE_RANGE_WRITE)
+				r.kicked = off
+			}
+			if err := t.governCPU(r.ctx, tm); err != nil {
+				return err
+			}
+			if off < size && (r.unsynced >= r.c.o.SyncBytes || time.Since(r.lastSync) >= r.c.o.SyncInterval) {
+				if err := r.syncCommit(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// syncCommit makes [0,pos) durable and commits pos.
+func (r *run) syncCommit() error {
+	if err := r.syncTemp(r.pos); err != nil {
+		return err
+	}
+	if err := r.syncDirs(); err != nil {
+		return err
+	}
+	r.res.Written = r.pos
+	if err := r.commit(r.pos); err != nil {
+		return fmt.Errorf("%s: recording %d bytes durable: %w", r.srcName, r.pos, err)
+	}
+	return nil
+}
+
+// syncTemp extends the partial copy to at least size and fsyncs it.
+func (r *run) syncTemp(size int64) error {
+	if r.tempSize < size {
+		if err := ftruncate(r.tmp, size); err != nil {
+			return osErr(r.dstName, "cannot extend partial copy "+r.tmpPath, err)
+		}
+		r.tempSize = size
+	}
+	if err := fsync(r.tmp); err != nil {
+		return osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, err)
+	}
+	r.unsynced, r.lastSync = 0, time.Now()
+	if r.c.o.DropCache && size > r.dropped {
+		// Hints only: a failure costs memory, not correctness.
+		_ = unix.Fadvise(r.src, r.dropped, size-r.dropped, unix.FADV_DONTNEED)
+		_ = unix.Fadvise(r.tmp, r.dropped, size-r.dropped, unix.FADV_DONTNEED)
+		r.dropped = size
+	}
+	return nil
+}
+
+// syncDirs fsyncs the directories whose entries this copy changed.
+func (r *run) syncDirs() error {
+	if !r.dirsPending {
+		return nil
+	}
+	for _, d := range r.newDirParents {
+		if err := fsyncDir(d); err != nil {
+			return osErr(r.dstName, "cannot fsync directory "+d, err)
+		}
+	}
+	r.newDirParents = nil
+	d := filepath.Dir(r.tmpPath)
+	if err := fsyncDir(d); err != nil {
+		return osErr(r.dstName, "cannot fsync directory "+d, err)
+	}
+	r.dirsPending = false
+	return nil
+}
+
+// saveProgress commits what has been copied when a copy is interrupted.
+func (r *run) saveProgress() error {
+	if r.tmp < 0 || r.pos <= r.res.Written || r.pos >= r.job.Size {
+		return nil
+	}
+	return r.syncCommit()
+}
+
+// finish completes the partial copy, verifies it if asked, publishes it
+// under its final name and commits Size.
+func (r *run) finish() error {
+	size := r.job.Size
+	r.crc, r.crcPos = crcZeros(r.crc, size-r.crcPos), size
+	if err := r.syncTemp(size); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(r.src, &st); err != nil {
+		return osErr(r.srcName, "cannot stat", err)
+	}
+	if st.Size != size {
+		return r.sourceChanged(fmt.Sprintf("it now holds %d bytes, SIZE is %d", st.Size, size))
+	}
+	if st.Mtim != r.srcStat.Mtim {
+		return r.sourceChanged("it was modified while being copied")
+	}
+	if r.c.o.VerifyAfter {
+		// Drop the cached pages so the check reads what storage holds.
+		_ = unix.Fadvise(r.tmp, 0, 0, unix.FADV_DONTNEED)
+		got, err := r.crcOf(r.tmp, &segmenter{fd: r.tmp}, size, r.dstName+": partial copy "+r.tmpPath)
+		if err != nil {
+			return err
+		}
+		if got != r.crc {
+			return fmt.Errorf("%s: %w: the written copy has CRC32 %#08x, the data read from the source %#08x%s",
+				r.dstName, ErrVerifyMismatch, got, r.crc, r.discardTemp())
+		}
+	}
+	if err := r.closeTemp(); err != nil {
+		return osErr(r.dstName, "cannot close partial copy "+r.tmpPath, err)
+	}
+	if err := unix.Rename(r.tmpPath, r.dst); err != nil {
+		return osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
+	}
+	r.dirsPending = true
+	if err := r.syncDirs(); err != nil {
+		return err
+	}
+	r.res = Result{Written: size, CRC: r.crc, Complete: true, Restarted: r.res.Restarted}
+	if err := r.commit(size); err != nil {
+		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName, err)
+	}
+	return nil
+}
+
+// sourceChanged returns ErrSourceChanged with detail, after discarding the
+// partial copy, which may now mix old and new data.
+func (r *run) sourceChanged(detail string) error {
+	return fmt.Errorf("%s: %w: %s%s", r.srcName, ErrSourceChanged, detail, r.discardTemp())
+}
+
+// discardTemp removes the partial copy so that the next Copy starts over,
+// and returns a note for the error message.
+func (r *run) discardTemp() string {
+	_ = r.closeTemp()
+	if err := unix.Unlink(r.tmpPath); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Sprintf(" (removing partial copy %s failed: %v)", r.tmpPath, err)
+	}
+	r.res.Written = 0
+	return "; the partial copy was removed"
+}
+
+// crcOf returns the CRC32 of [0,limit) of fd, reading only the data ranges
+// seg yields. who names the file in errors.
+func (r *run) crcOf(fd int, seg *segmenter, limit int64, who string) (uint32, error) {
+	buf, t, tm := r.c.buf, r.c.t, r.c.timer
+	var crc uint32
+	var at int64 // crc covers [0,at)
+	for at < limit {
+		ds, de, ok, err := seg.next(at, limit)
+		if err != nil {
+			return 0, osErr(who, "cannot locate data (SEEK_DATA/SEEK_HOLE)", err)
+		}
+		if !ok {
+			break
+		}
+		crc, at = crcZeros(crc, ds-at), ds
+		for at < de {
+			if err := r.ctx.Err(); err != nil {
+				return 0, err
+			}
+			n := int(min(int64(len(buf)), de-at))
+			got, err := preadFull(fd, buf[:n], at)
+			if err != nil {
+				return 0, osErr(who, fmt.Sprintf("cannot read at byte %d", at), err)
+			}
+			if got < n {
+				return 0, fmt.Errorf("%s: %w: it ended at byte %d, %d expected", who, ErrSourceChanged, at+int64(got), limit)
+			}
+			crc, at = crc32.Update(crc, crc32.IEEETable, buf[:n]), at+int64(n)
+			if err := t.governCPU(r.ctx, tm); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return crcZeros(crc, limit-at), nil
+}
+
+// closeTemp closes the partial copy if it is open.
+func (r *run) closeTemp() error {
+	if r.tmp < 0 {
+		return nil
+	}
+	err := unix.Close(r.tmp)
+	r.tmp = -1
+	return err
+}
+
+// closeFiles closes whatever is still open. A failing close of the partial
+// copy is reported: on some file systems it is where write errors surface.
+func (r *run) closeFiles() error {
+	var err error
+	if r.tmp >= 0 {
+		if cerr := r.closeTemp(); cerr != nil {
+			err = osErr(r.dstName, "cannot close partial copy "+r.tmpPath, cerr)
+		}
+	}
+	if r.src >= 0 {
+		_ = unix.Close(r.src)
+		r.src = -1
+	}
+	return err
+}

@@ -1,0 +1,17 @@
+// Package flush copies one checkpoint file from the node-local cache to its
+// destination on the parallel file system, the way the transfer daemon needs
+// it done:
+//
+//   - durable: progress is reported (through a commit callback) only after
+//     the bytes are fsynced at the destination, and the destination appears
+//     under its final name only once it is complete and durable;
+//   - resumable: the partial copy lives next to the destination (TempPath)
+//     and no reported offset ever exceeds what a later resume finds there;
+//   - throttled: a Throttle shared by all copies of a daemon limits the
+//     bandwidth (token bucket over the bytes copied) and the share of CPU
+//     time the process uses (measured with getrusage, so fsync counts);
+//   - sparse: holes in the source are not written, only recreated.
+//
+// The package is Linux only: it relies on SEEK_DATA/SEEK_HOLE,
+// sync_file_range, posix_fadvise and O_NOFOLLOW.
+package flush

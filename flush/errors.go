@@ -1,0 +1,56 @@
+package flush
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sentinel errors returned (wrapped, with the file and the numbers involved)
+// by Copy. Operating-system failures are wrapped as well, so
+// errors.Is(err, fs.ErrNotExist) or errors.Is(err, unix.ENOSPC) also work.
+var (
+	// ErrSizeMismatch: the source's size differs from SIZE in the transfer file.
+	ErrSizeMismatch = errors.New("size differs from SIZE in the transfer file")
+	// ErrSourceChanged: the source shrank, grew or was modified while it was copied.
+	ErrSourceChanged = errors.New("changed during the copy")
+	// ErrNotRegular: the source (or the partial copy) is not a regular file.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrVerifyMismatch: Options.VerifyAfter found that the written copy differs
+	// from the data read from the source.
+	ErrVerifyMismatch = errors.New("verification failed")
+	// ErrInvalidJob: the Job itself is unusable (empty path, negative SIZE,
+	// data range outside the file, destination equal to the source).
+	ErrInvalidJob = errors.New("invalid copy request")
+)
+
+// osErr wraps an errno from operation op ("cannot open", ...) on the file
+// named by side ("source /a/b") so that the message reads in plain words.
+func osErr(side, op string, err error) error {
+	if errors.Is(err, unix.ELOOP) {
+		return fmt.Errorf("%s: %s: it is a symbolic link, which is not followed (%w)", side, op, err)
+	}
+	return fmt.Errorf("%s: %s: %w", side, op, err)
+}
+
+// fileKind names the type of a file from its stat mode, for messages.
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFIFO:
+		return "a named pipe"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFLNK:
+		return "a symbolic link"
+	case unix.S_IFREG:
+		return "a regular file"
+	}
+	return "of an unknown type"
+}

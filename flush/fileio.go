@@ -1,0 +1,200 @@
+package flush
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// retry runs f until it fails with something other than EINTR.
+func retry(f func() error) error {
+	for {
+		if err := f(); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// openFile is open(2) retried on EINTR.
+func openFile(path string, flags int, mode uint32) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, mode)
+		if !errors.Is(err, unix.EINTR) {
+			return fd, err
+		}
+	}
+}
+
+// openSource opens a source read-only without following a final symbolic
+// link and without blocking on a FIFO, avoiding atime updates where the
+// caller may.
+func openSource(path string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
+	fd, err := openFile(path, flags|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) {
+		fd, err = openFile(path, flags, 0)
+	}
+	return fd, err
+}
+
+// preadFull reads len(b) bytes at off unless the file ends first; it returns
+// the count read, which is short only at end of file.
+func preadFull(fd int, b []byte, off int64) (int, error) {
+	done := 0
+	for done < len(b) {
+		n, err := unix.Pread(fd, b[done:], off+int64(done))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return done, err
+		}
+		if n == 0 {
+			break
+		}
+		done += n
+	}
+	return done, nil
+}
+
+// pwriteFull writes all of b at off.
+func pwriteFull(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := unix.Pwrite(fd, b, off)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		b = b[n:]
+		off += int64(n)
+	}
+	return nil
+}
+
+// fsync flushes fd's data and metadata to stable storage.
+func fsync(fd int) error {
+	return retry(func() error { return unix.Fsync(fd) })
+}
+
+// fsyncDir makes the entries of directory dir durable.
+func fsyncDir(dir string) error {
+	fd, err := openFile(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	err = fsync(fd)
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ftruncate sets fd's size.
+func ftruncate(fd int, size int64) error {
+	return retry(func() error { return unix.Ftruncate(fd, size) })
+}
+
+// mkdirAll creates dir and any missing parents with mode 0777 less the
+// umask. It returns the directories whose entries changed (the parent of
+// each directory it created), which must be fsynced for the new directories
+// to be durable. who names the file needing dir, for messages.
+func mkdirAll(dir, who string) ([]string, error) {
+	var st unix.Stat_t
+	var missing []string
+	p := dir
+	for {
+		err := unix.Stat(p, &st)
+		if err == nil {
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return nil, fmt.Errorf("%s: cannot create directory %s: %s is %s, not a directory: %w", who, dir, p, fileKind(st.Mode), unix.ENOTDIR)
+			}
+			break
+		}
+		// ENOTDIR: some ancestor is not a directory; walking up finds it.
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+			return nil, osErr(who, "cannot create directory "+dir+": cannot look up "+p, err)
+		}
+		missing = append(missing, p)
+		parent := filepath.Dir(p)
+		if parent == p {
+			break
+		}
+		p = parent
+	}
+	var changed []string
+	for i := len(missing) - 1; i >= 0; i-- {
+		m := missing[i]
+		err := retry(func() error { return unix.Mkdir(m, 0o777) })
+		if errors.Is(err, unix.EEXIST) {
+			if serr := unix.Stat(m, &st); serr == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				continue // created concurrently by someone else
+			}
+		}
+		if err != nil {
+			return changed, osErr(who, "cannot create directory "+m, err)
+		}
+		changed = append(changed, filepath.Dir(m))
+	}
+	return changed, nil
+}
+
+// segmenter walks the data ranges of a file in offset order: explicit ranges
+// when given, else SEEK_DATA/SEEK_HOLE, else (where those are unsupported)
+// the whole file as one range.
+type segmenter struct {
+	fd       int
+	explicit bool
+	ranges   []Range // sorted, merged; used when explicit
+	i        int
+	whole    bool // SEEK_DATA unsupported
+}
+
+// next returns the first data range [start,end) at or after off, clipped to
+// limit; ok is false when no data remains before limit. Calls must come with
+// non-decreasing off.
+func (s *segmenter) next(off, limit int64) (start, end int64, ok bool, err error) {
+	if off >= limit {
+		return 0, 0, false, nil
+	}
+	if s.explicit {
+		for s.i < len(s.ranges) && s.ranges[s.i].Off+s.ranges[s.i].Len <= off {
+			s.i++
+		}
+		if s.i == len(s.ranges) {
+			return 0, 0, false, nil
+		}
+		r := s.ranges[s.i]
+		start, end = max(off, r.Off), min(r.Off+r.Len, limit)
+		return start, end, start < end, nil
+	}
+	if s.whole {
+		return off, limit, true, nil
+	}
+	d, err := unix.Seek(s.fd, off, unix.SEEK_DATA)
+	switch {
+	case errors.Is(err, unix.ENXIO):
+		return 0, 0, false, nil // only a hole (or nothing) from off on
+	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EOPNOTSUPP):
+		s.whole = true
+		return off, limit, true, nil
+	case err != nil:
+		return 0, 0, false, err
+	}
+	if d >= limit {
+		return 0, 0, false, nil
+	}
+	h, err := unix.Seek(s.fd, d, unix.SEEK_HOLE)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	end = min(h, limit)
+	return d, end, d < end, nil
+}

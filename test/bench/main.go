@@ -1,0 +1,326 @@
+// Command bench measures scr-transferd against cp and dd on this machine, in
+// one run on the same files, and prints the performance table of
+// docs/PERFORMANCE.md:
+//
+//	go run ./test/bench [-dir DIR] [-size 512MiB] [-idle 60s] [-runs 3]
+//
+// Every figure is a ratio against a reference measured in the same run, or
+// against the limit the daemon was given, because the machine is shared and
+// absolute figures drift.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shirou/gopsutil/v3/process"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	dir     string
+	size    int64
+	runs    int
+	idle    time.Duration
+	latency int
+	only    string
+}
+
+func run() error {
+	var c config
+	var size string
+	flag.StringVar(&c.dir, "dir", os.TempDir(), "directory for the cache, PFS and control files (one file system, like a node's local disk)")
+	flag.StringVar(&size, "size", "512MiB", "size of the file for the throughput and throttle runs")
+	flag.IntVar(&c.runs, "runs", 3, "repetitions of each throughput measurement (the median is reported)")
+	flag.DurationVar(&c.idle, "idle", 60*time.Second, "how long to watch the idle daemon's CPU and memory")
+	flag.IntVar(&c.latency, "latency-trials", 20, "RUN to first WRITTEN trials")
+	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,latency,idle,verify,sparse (default all)")
+	flag.Parse()
+	n, err := parseSize(size)
+	if err != nil {
+		return fmt.Errorf("-size: %w", err)
+	}
+	c.size = n
+	work, err := os.MkdirTemp(c.dir, "scr-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	b, err := newBench(work, c)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	fmt.Printf("# scr-transferd benchmark — %s, %d CPUs, work dir %s\n\n", time.Now().UTC().Format(time.RFC3339), numCPU(), c.dir)
+	sections := []struct {
+		name string
+		fn   func() error
+	}{
+		{"copy", b.copyThroughput},
+		{"bw", b.bandwidth},
+		{"percent", b.percent},
+		{"latency", b.runLatency},
+		{"idle", b.idleCost},
+	}
+	for _, s := range sections {
+		if c.only != "" && !slices.Contains(strings.Split(c.only, ","), s.name) {
+			continue
+		}
+		if err := s.fn(); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// bench holds the binaries and a running daemon.
+type bench struct {
+	c        config
+	work     string
+	bin      string
+	cache    string
+	pfs      string
+	transfer string
+	store    *hashfile.Store
+	daemon   *exec.Cmd
+	proc     *process.Process
+	log      *os.File
+}
+
+func newBench(work string, c config) (*bench, error) {
+	b := &bench{
+		c:        c,
+		work:     work,
+		bin:      filepath.Join(work, "bin"),
+		cache:    filepath.Join(work, "cache"),
+		pfs:      filepath.Join(work, "pfs"),
+		transfer: filepath.Join(work, "ctl", "transfer.scrinfo"),
+	}
+	for _, d := range []string{b.bin, b.cache, b.pfs, filepath.Dir(b.transfer)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	build := exec.Command("go", "build", "-o", b.bin, "./cmd/scr-transferd")
+	build.Dir = root
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("building scr-transferd: %w", err)
+	}
+	b.store = hashfile.NewStore(b.transfer, hashfile.Flock)
+	return b, nil
+}
+
+// startDaemon starts a fresh daemon on an empty transfer file.
+func (b *bench) startDaemon() error {
+	b.stopDaemon()
+	_ = os.Remove(b.transfer)
+	log, err := os.Create(filepath.Join(b.work, "daemon.log"))
+	if err != nil {
+		return err
+	}
+	b.log = log
+	cmd := exec.Command(filepath.Join(b.bin, "scr-transferd"), "--verify=off", b.transfer)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	b.daemon = cmd
+	p, err := process.NewProcess(int32(cmd.Process.Pid))
+	if err != nil {
+		return err
+	}
+	b.proc = p
+	return b.waitFor(30*time.Second, func(v transfer.View) bool { return v.State == transfer.Stopped })
+}
+
+func (b *bench) stopDaemon() {
+	if b.daemon == nil {
+		return
+	}
+	_, _, _ = b.store.Update(func(t *hashfile.Tree) error { transfer.SetCommand(t, transfer.Exit); return nil })
+	done := make(chan struct{})
+	go func() { _ = b.daemon.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = b.daemon.Process.Kill()
+		<-done
+	}
+	b.daemon = nil
+	b.log.Close()
+}
+
+func (b *bench) close() { b.stopDaemon() }
+
+// flush makes the daemon copy src to dest with the given limits and
+// returns the time from RUN to DONE.
+func (b *bench) flush(src, dest string, size int64, bw, percent float64) (time.Duration, error) {
+	_ = os.Remove(dest)
+	_, _, err := b.store.Update(func(t *hashfile.Tree) error {
+		t.Unset(transfer.KeyFiles)
+		transfer.AddFile(t, src, dest, size)
+		transfer.SetBW(t, bw)
+		transfer.SetPercent(t, percent)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if _, _, err := b.store.Update(func(t *hashfile.Tree) error { transfer.SetCommand(t, transfer.Run); return nil }); err != nil {
+		return 0, err
+	}
+	if err := b.waitFor(time.Hour, func(v transfer.View) bool { return v.Done && !v.HasPending() }); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// waitFor polls the transfer file every millisecond until cond holds.
+func (b *bench) waitFor(timeout time.Duration, cond func(transfer.View) bool) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if t, err := b.store.Read(); err == nil {
+			v := transfer.Read(t)
+			for _, f := range v.Files {
+				if f.Error != "" {
+					return fmt.Errorf("daemon reports %s: %s", f.Src, f.Error)
+				}
+			}
+			if cond(v) {
+				return nil
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return errors.New("timed out waiting for the daemon")
+}
+
+// cpuTime returns the daemon's user+system CPU time.
+func (b *bench) cpuTime() (time.Duration, error) {
+	t, err := b.proc.Times()
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration((t.User + t.System) * float64(time.Second)), nil
+}
+
+// makeFile writes size bytes of incompressible data.
+func makeFile(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	var x uint64 = 0x9e3779b97f4a7c15
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		for i := 0; i+8 <= len(buf); i += 8 {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			for j := range 8 {
+				buf[i+j] = byte(x >> (8 * j))
+			}
+		}
+		n := min(int64(len(buf)), size-off)
+		if _, err := f.Write(buf[:n]); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// warm reads a file so every contender starts with it in the page cache.
+func warm(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(io.Discard, f)
+	return err
+}
+
+func timeCmd(name string, args ...string) (time.Duration, error) {
+	start := time.Now()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %v: %s", name, err, out)
+	}
+	return time.Since(start), nil
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func mbps(size int64, d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }
+
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("run bench inside the scr-transferd module")
+		}
+	}
+}
+
+func parseSize(s string) (int64, error) {
+	u := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, suf := range []struct {
+		s string
+		m int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}} {
+		if strings.HasSuffix(u, suf.s) {
+			u, mult = strings.TrimSuffix(u, suf.s), suf.m
+			break
+		}
+	}
+	var n int64
+	if _, err := fmt.Sscan(u, &n); err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size like 512MiB", s)
+	}
+	return n * mult, nil
+}
+
+func numCPU() int {
+	n, err := exec.Command("nproc").Output()
+	if err != nil {
+		return 0
+	}
+	var c int
+	fmt.Sscan(strings.TrimSpace(string(n)), &c)
+	return c
+}

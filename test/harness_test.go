@@ -1,0 +1,294 @@
+// Package test holds end-to-end and fault tests: real scr-transferd
+// processes, real files, real signals, and a transfer file written the way
+// the SCR library writes it.
+package test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/scr-transferd/scr-transferd/flush"
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// binDir holds the binaries built once for the whole package.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "scr-transferd-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	if err := os.Chmod(dir, 0o755); err != nil { // unprivileged daemons run from here too
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	args := []string{"build", "-o", dir}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "../cmd/scr-transferd", "../cmd/scr-ctl")
+	cmd := exec.Command("go", args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the binaries:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// node is one compute node's worth of directories: a cache, a PFS and the
+// control directory holding the transfer file.
+type node struct {
+	t        *testing.T
+	root     string
+	cache    string
+	pfs      string
+	transfer string
+	store    *hashfile.Store
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	root := t.TempDir()
+	n := &node{
+		t:        t,
+		root:     root,
+		cache:    filepath.Join(root, "cache"),
+		pfs:      filepath.Join(root, "pfs"),
+		transfer: filepath.Join(root, "ctl", "transfer.scrinfo"),
+	}
+	for _, d := range []string{n.cache, n.pfs, filepath.Dir(n.transfer)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.store = hashfile.NewStore(n.transfer, hashfile.Flock)
+	return n
+}
+
+// checkpoint writes a random file of size bytes in the cache and returns
+// its path and contents.
+func (n *node) checkpoint(name string, size int) (string, []byte) {
+	n.t.Helper()
+	data := make([]byte, size)
+	if _, err := rand.Read(data); err != nil {
+		n.t.Fatal(err)
+	}
+	p := filepath.Join(n.cache, name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	return p, data
+}
+
+// dest returns the destination path on the PFS for a cache file name.
+func (n *node) dest(name string) string { return filepath.Join(n.pfs, "ckpt.1", name) }
+
+// library applies edits to the transfer file under its lock, as the SCR
+// library does.
+func (n *node) library(edit func(t *hashfile.Tree)) {
+	n.t.Helper()
+	if _, _, err := n.store.Update(func(t *hashfile.Tree) error { edit(t); return nil }); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// add adds a FILES entry for src as the library does.
+func (n *node) add(src, dest string) {
+	n.t.Helper()
+	fi, err := os.Stat(src)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.library(func(t *hashfile.Tree) { transfer.AddFile(t, src, dest, fi.Size()) })
+}
+
+// view reads the transfer file under a shared lock.
+func (n *node) view() transfer.View {
+	n.t.Helper()
+	tree, err := n.store.Read()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return transfer.Read(tree)
+}
+
+// waitFor polls the transfer file until cond holds, failing after timeout.
+func (n *node) waitFor(what string, timeout time.Duration, cond func(v transfer.View) bool) transfer.View {
+	n.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		tree, err := n.store.Read()
+		if err == nil {
+			v := transfer.Read(tree)
+			if cond(v) {
+				return v
+			}
+			if time.Now().After(deadline) {
+				n.t.Fatalf("timed out after %v waiting for %s; transfer file:\n%s", timeout, what, hashfile.Format(tree, 2))
+			}
+		} else if time.Now().After(deadline) {
+			n.t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func done(v transfer.View) bool { return v.Done && v.State == transfer.Stopped && !v.HasPending() }
+
+// file returns the FILES entry of src.
+func file(v transfer.View, src string) (transfer.File, bool) {
+	for _, f := range v.Files {
+		if f.Src == src {
+			return f, true
+		}
+	}
+	return transfer.File{}, false
+}
+
+// proc is a running daemon.
+type proc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start launches scr-transferd on the node's transfer file with extra flags.
+func (n *node) start(flags ...string) *proc {
+	n.t.Helper()
+	args := append([]string{"--retry-min=100ms", "--retry-max=500ms"}, flags...)
+	args = append(args, n.transfer)
+	cmd := exec.Command(filepath.Join(binDir, "scr-transferd"), args...)
+	p := &proc{t: n.t, cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	n.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if n.t.Failed() {
+			n.t.Logf("daemon log:\n%s", p.log.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) signal(s syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// wait waits for the daemon to exit and returns its exit code.
+func (p *proc) wait(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.t.Fatalf("daemon did not exit within %v", timeout)
+	}
+	if p.cmd.ProcessState == nil {
+		p.t.Fatalf("daemon: %v", p.err)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// waitLog waits until the daemon's log contains s.
+func (p *proc) waitLog(s string, timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.log.String(), s) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("log never said %q:\n%s", s, p.log.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sameFile fails unless path holds exactly want.
+func sameFile(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from its source (%d vs %d bytes)", path, len(got), len(want))
+	}
+}
+
+// durablePrefixOK checks the durability promise for one file: WRITTEN never
+// exceeds the bytes of the partial (or final) copy that equal the source.
+func durablePrefixOK(t *testing.T, f transfer.File, src []byte) {
+	t.Helper()
+	if f.Written == 0 {
+		return
+	}
+	var copyBytes []byte
+	for _, p := range []string{flush.TempPath(f.Dest), f.Dest} {
+		if b, err := os.ReadFile(p); err == nil {
+			copyBytes = b
+			break
+		}
+	}
+	n := 0
+	for n < len(copyBytes) && n < len(src) && copyBytes[n] == src[n] {
+		n++
+	}
+	if int64(n) < f.Written {
+		t.Fatalf("%s: WRITTEN %d but only %d bytes of the copy match the source", f.Src, f.Written, n)
+	}
+}
+
+func crcOf(b []byte) uint32 { return crc32.ChecksumIEEE(b) }
