@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -74,6 +75,9 @@ func (e *FormatError) Error() string {
 	return fmt.Sprintf("%s: %s: %s (%s)", e.Path, e.Kind, e.Msg, e.Code)
 }
 
+// ftiSuffix ends the names FTI gives its checkpoint files.
+const ftiSuffix = ".fti"
+
 // streamBufSize is the size of the buffer that checksummed data is read
 // through; it is reused for every read of one Inspect call.
 const streamBufSize = 1 << 20
@@ -85,11 +89,14 @@ const streamBufSize = 1 << 20
 // *FormatError; errors.As finds it. Problems reading the file are returned as
 // wrapped os errors with a nil Report.
 //
-// The kind is decided by content alone, never by the name. A file whose
-// magic number is damaged is still recognised when the rest of its structure
-// is intact. FTI-FF has no magic number: a file is FTI-FF when its file meta
-// is found at or near its end, so an FTI-FF file cut before its meta began
-// holds nothing but data and is reported as a plain file.
+// The kind is decided by content. A file whose magic number is damaged is
+// still recognised when the rest of its structure is intact. FTI-FF has no
+// magic number: a file is FTI-FF when its file meta is found at or near its
+// end. An FTI-FF file cut before its meta began holds nothing but data, so
+// here alone the name counts, as a claim the content must back: a file
+// named *.fti with no FTI-FF meta is reported as a damaged FTI-FF file
+// (E_META_HASH) rather than flushed as a plain one. FTI's other I/O modes
+// use the same names; flush those with verification off.
 //
 // A member of a multi-file SIONlib container is checked together with the
 // members present beside it; absent members are listed in Companions and
@@ -108,7 +115,7 @@ func inspect(ctx context.Context, fsys fileSystem, path string) (*Report, error)
 	}
 	f, err := fsys.open(path)
 	if err != nil {
-		return nil, fmt.Errorf("cache: inspect: %w", err)
+		return nil, err
 	}
 	defer f.Close()
 	s := &source{ctx: ctx, r: f, size: f.size(), path: path}
@@ -124,7 +131,13 @@ func inspect(ctx context.Context, fsys fileSystem, path string) (*Report, error)
 		err = inspectFTIFF(s, rep)
 	case LIME:
 		err = inspectLIME(s, fsys, rep)
-	default:
+	case Plain:
+		if strings.HasSuffix(path, ftiSuffix) {
+			rep.Kind = FTIFF
+			err = &FormatError{Path: path, Kind: FTIFF, Code: "E_META_HASH", Offset: max(s.size-ftiMetaSize, 0),
+				Msg: "named as an FTI checkpoint (*" + ftiSuffix + ") but no FTI-FF file meta ends it: truncated, or not written in FTI-FF mode (use --verify=off for FTI's other I/O modes)"}
+			break
+		}
 		rep.Ranges = wholeFile(s.size)
 		rep.Detail = "plain file"
 	}

@@ -52,7 +52,7 @@ func TestKindByContentNotName(t *testing.T) {
 		{"run.sion", ftiRun(binary.LittleEndian)[0], FTIFF},
 		{"cfg.sion", scidacSingle(dims, field), LIME},
 		{"x.lime", sionFile, SION},
-		{"Ckpt2-Rank3.fti", pattern(4096, 1), Plain},
+		{"Ckpt2-Rank3.ckpt", pattern(4096, 1), Plain},
 		{"out.sion", []byte("plain"), Plain},
 		{"out.lime.vol0000", bytes.Repeat([]byte("a"), 300), Plain},
 	}

@@ -144,11 +144,14 @@ func TestFTIFFCorrupt(t *testing.T) {
 func TestFTIFFUndetectable(t *testing.T) {
 	// FTI-FF has no magic number. Cut before the checkpoint's size field the
 	// file is only data and a table, which nothing distinguishes from any
-	// other file: it is plain.
+	// other file: under another name it is plain, under an FTI name the
+	// claim fails.
 	b := ftiRun(binary.LittleEndian)[0]
 	for _, cut := range []int{ftiMetaSize - 60, ftiMetaSize, ftiMetaSize + 70} {
-		rep, err := inspectBytes(t, "Ckpt1-Rank0.fti", b[:len(b)-cut])
+		rep, err := inspectBytes(t, "rank0.ckpt", b[:len(b)-cut])
 		wantValid(t, rep, err, Plain)
+		rep, err = inspectBytes(t, "Ckpt1-Rank0.fti", b[:len(b)-cut])
+		wantCode(t, rep, err, FTIFF, "E_META_HASH")
 	}
 }
 

@@ -146,12 +146,11 @@ func TestInteropFTIFF(t *testing.T) {
 			warning: "FTI computes ff08b60e9667ba03867bd9c659a9b89e, the file says 1675d26711ed77fc129e3b739bcc6282"},
 		{file: "Ckpt4-Rank1.data-flip.fti", kind: FTIFF, code: "E_CHUNK_HASH", offset: 240000, msg: []string{"variable id 4, container 0", "160000 bytes at offset 240000"}},
 		{file: "Ckpt5-Rank0.meta-flip.fti", kind: FTIFF, code: "E_META_HASH", offset: -1},
-		// The README expects E_META_HASH. The file was cut 80,688 bytes
-		// before its end, inside the data area: the chunk table and the file
-		// meta are gone and what is left is array data with nothing that
-		// marks it as FTI-FF. Detection goes by content only, so this is
-		// reported as a plain file.
-		{file: "Ckpt6-Rank0.truncated.fti", kind: Plain},
+		// Cut inside the data area: the chunk table and the file meta are
+		// gone and nothing in the content marks it as FTI-FF, but its name
+		// claims it is one, and the claim fails.
+		{file: "Ckpt6-Rank0.truncated.fti", kind: FTIFF, code: "E_META_HASH", offset: 1000000 - ftiMetaSize,
+			msg: []string{"named as an FTI checkpoint"}},
 		{file: "README.md", kind: Plain},
 	})
 }

@@ -346,7 +346,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
 	if d.cfg.Verify.before() {
 		rep, err := cache.Inspect(ctx, f.Src)
 		if err != nil {
-			return flush.Result{}, err
+			return flush.Result{}, fmt.Errorf("checking the checkpoint: %w", err)
 		}
 		if rep.Kind == cache.SION {
 			for _, r := range rep.Ranges {
