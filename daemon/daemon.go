@@ -283,9 +283,11 @@ func (d *daemon) confine(f transfer.File) error {
 		return fmt.Errorf("source %q is not an absolute path", f.Src)
 	case !filepath.IsAbs(f.Dest):
 		return fmt.Errorf("destination %q is not an absolute path", f.Dest)
-	case !allowed(f.Src, d.cfg.AllowSrc):
+	}
+	if _, ok := confinedRoot(f.Src, d.cfg.AllowSrc); !ok {
 		return fmt.Errorf("source %s is outside the allowed source prefixes %v", f.Src, d.cfg.AllowSrc)
-	case !allowed(f.Dest, d.cfg.AllowDest):
+	}
+	if _, ok := confinedRoot(f.Dest, d.cfg.AllowDest); !ok {
 		return fmt.Errorf("destination %s is outside the allowed destination prefixes %v", f.Dest, d.cfg.AllowDest)
 	}
 	return nil
@@ -343,6 +345,8 @@ func (d *daemon) start(f transfer.File) {
 func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
 	f := j.file
 	fj := flush.Job{Src: f.Src, Dst: f.Dest, Size: f.Size, Written: f.Written}
+	fj.SrcRoot, _ = confinedRoot(f.Src, d.cfg.AllowSrc)
+	fj.DstRoot, _ = confinedRoot(f.Dest, d.cfg.AllowDest)
 	if d.cfg.Verify.before() {
 		rep, err := cache.Inspect(ctx, f.Src)
 		if err != nil {

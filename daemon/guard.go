@@ -50,21 +50,22 @@ func checkControlDir(dir string) error {
 	return nil
 }
 
-// allowed reports whether path, which must be absolute, lies under one of
-// prefixes once cleaned (so ".." cannot climb out). No prefixes allow all.
-func allowed(path string, prefixes []string) bool {
-	if len(prefixes) == 0 {
-		return true
-	}
+// confinedRoot returns the prefix, among prefixes, that path lies under
+// once cleaned (so ".." cannot climb out), the longest if several do. With
+// no prefixes every absolute path is allowed and the root is "".
+func confinedRoot(path string, prefixes []string) (root string, ok bool) {
 	if !filepath.IsAbs(path) {
-		return false
+		return "", false
+	}
+	if len(prefixes) == 0 {
+		return "", true
 	}
 	p := filepath.Clean(path)
 	for _, pre := range prefixes {
 		pre = filepath.Clean(pre)
-		if p == pre || strings.HasPrefix(p, strings.TrimSuffix(pre, "/")+"/") {
-			return true
+		if (p == pre || strings.HasPrefix(p, strings.TrimSuffix(pre, "/")+"/")) && len(pre) > len(root) {
+			root, ok = pre, true
 		}
 	}
-	return false
+	return root, ok
 }

@@ -65,6 +65,11 @@ type Job struct {
 	Dst     string // its DESTINATION on the parallel file system
 	Size    int64  // SIZE from the transfer file
 	Written int64  // WRITTEN from the transfer file: the offset to resume from
+	// SrcRoot and DstRoot, when set, confine the copy: Src and Dst must lie
+	// beneath them, and the kernel resolves every path below them
+	// (openat2(2) with RESOLVE_BENEATH), so that neither ".." nor a
+	// symbolic link swapped in during the copy leads outside.
+	SrcRoot, DstRoot string
 	// Ranges lists the spans of the source that hold data (in any order,
 	// possibly overlapping); everything else is copied as a hole and counts
 	// as zeros. Nil means the whole file, with holes found by
@@ -153,7 +158,7 @@ func (c *Copier) Copy(ctx context.Context, job Job, commit func(written int64) e
 	if commit == nil {
 		commit = func(int64) error { return nil }
 	}
-	r := run{c: c, ctx: ctx, job: job, commit: commit, src: -1, tmp: -1}
+	r := run{c: c, ctx: ctx, job: job, commit: commit, src: -1, tmp: -1, dir: -1}
 	err := r.do()
 	if cerr := r.closeFiles(); err == nil {
 		err = cerr
@@ -171,7 +176,8 @@ type run struct {
 
 	srcName, dstName string // "source <path>", "destination <path>", for messages
 	dst, tmpPath     string
-	src, tmp         int // file descriptors, -1 when closed
+	base, tmpName    string // final components of dst and tmpPath, in dir
+	src, tmp, dir    int    // file descriptors (dir: dst's directory), -1 when closed
 	srcStat          unix.Stat_t
 	seg              segmenter // over the source
 
@@ -199,6 +205,7 @@ func (r *run) do() error {
 	}
 	r.dst = filepath.Clean(job.Dst)
 	r.tmpPath = TempPath(r.dst)
+	r.base, r.tmpName = filepath.Base(r.dst), filepath.Base(r.tmpPath)
 	if b := filepath.Base(r.dst); b == "/" || b == "." || b == ".." {
 		return fmt.Errorf("%s: %w: not a file name", r.dstName, ErrInvalidJob)
 	}
@@ -253,7 +260,7 @@ func (r *run) interrupted(err, saveErr error) error {
 
 // openSource opens the source and checks it against the job.
 func (r *run) openSource() error {
-	fd, err := openSource(r.job.Src)
+	fd, err := openSource(r.job.Src, r.job.SrcRoot)
 	if err != nil {
 		return osErr(r.srcName, "cannot open", err)
 	}
@@ -275,8 +282,14 @@ func (r *run) openSource() error {
 
 // openTemp resumes the partial copy at job.Written or starts a new one.
 func (r *run) openTemp() error {
+	dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
+	if err != nil {
+		return err
+	}
+	r.dir, r.newDirParents = dir, parents
+	r.dirsPending = len(parents) > 0
 	var st unix.Stat_t
-	if err := unix.Lstat(r.dst, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+	if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		// rename(2) could not replace it: fail before copying anything.
 		return fmt.Errorf("%s: %w: it is a directory", r.dstName, unix.EISDIR)
 	}
@@ -312,7 +325,7 @@ func (r *run) openTemp() error {
 // the reason when the partial copy cannot be resumed.
 func (r *run) resume() (ok bool, why string, err error) {
 	w := r.job.Written
-	fd, err := openFile(r.tmpPath, unix.O_RDWR|unix.O_NOFOLLOW, 0)
+	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return false, fmt.Sprintf("partial copy %s is missing", r.tmpPath), nil
 	}
@@ -355,12 +368,7 @@ func (r *run) resume() (ok bool, why string, err error) {
 
 // createTemp creates (or empties) the partial copy and its directories.
 func (r *run) createTemp() error {
-	parents, err := mkdirAll(filepath.Dir(r.tmpPath), r.dstName)
-	r.newDirParents = parents
-	if err != nil {
-		return err
-	}
-	fd, err := openFile(r.tmpPath, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, 0o666)
+	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, 0o666)
 	if err != nil {
 		return osErr(r.dstName, "cannot create partial copy "+r.tmpPath, err)
 	}
@@ -478,9 +486,8 @@ func (r *run) syncDirs() error {
 		}
 	}
 	r.newDirParents = nil
-	d := filepath.Dir(r.tmpPath)
-	if err := fsyncDir(d); err != nil {
-		return osErr(r.dstName, "cannot fsync directory "+d, err)
+	if err := fsync(r.dir); err != nil {
+		return osErr(r.dstName, "cannot fsync directory "+filepath.Dir(r.tmpPath), err)
 	}
 	r.dirsPending = false
 	return nil
@@ -527,7 +534,7 @@ func (r *run) finish() error {
 	if err := r.closeTemp(); err != nil {
 		return osErr(r.dstName, "cannot close partial copy "+r.tmpPath, err)
 	}
-	if err := unix.Rename(r.tmpPath, r.dst); err != nil {
+	if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
 		return osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
 	}
 	r.dirsPending = true
@@ -551,7 +558,7 @@ func (r *run) sourceChanged(detail string) error {
 // and returns a note for the error message.
 func (r *run) discardTemp() string {
 	_ = r.closeTemp()
-	if err := unix.Unlink(r.tmpPath); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := unix.Unlinkat(r.dir, r.tmpName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Sprintf(" (removing partial copy %s failed: %v)", r.tmpPath, err)
 	}
 	r.res.Written = 0
@@ -616,6 +623,10 @@ func (r *run) closeFiles() error {
 	if r.src >= 0 {
 		_ = unix.Close(r.src)
 		r.src = -1
+	}
+	if r.dir >= 0 {
+		_ = unix.Close(r.dir)
+		r.dir = -1
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,14 +31,123 @@ func openFile(path string, flags int, mode uint32) (int, error) {
 
 // openSource opens a source read-only without following a final symbolic
 // link and without blocking on a FIFO, avoiding atime updates where the
-// caller may.
-func openSource(path string) (int, error) {
+// caller may; with a root, path is resolved beneath it.
+func openSource(path, root string) (int, error) {
 	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK
-	fd, err := openFile(path, flags|unix.O_NOATIME, 0)
+	open := func(flags int) (int, error) { return openFile(path, flags, 0) }
+	if root != "" {
+		rootFD, rel, err := openRoot(root, path)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(rootFD)
+		open = func(flags int) (int, error) { return openBeneath(rootFD, rel, flags, 0) }
+	}
+	fd, err := open(flags | unix.O_NOATIME)
 	if errors.Is(err, unix.EPERM) {
-		fd, err = openFile(path, flags, 0)
+		fd, err = open(flags)
 	}
 	return fd, err
+}
+
+// errOutside reports a path that does not lie beneath its confining root.
+var errOutside = errors.New("outside the directory it is confined to")
+
+// openRoot opens the confining directory root and returns path relative to
+// it, which must stay beneath it lexically.
+func openRoot(root, path string) (int, string, error) {
+	rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+		return -1, "", fmt.Errorf("%s is %w %s", path, errOutside, root)
+	}
+	fd, err := openFile(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("confining directory %s: %w", root, err)
+	}
+	return fd, rel, nil
+}
+
+// openBeneath opens rel relative to dirFD, letting the kernel refuse any
+// resolution (through "..", an absolute or a relative symbolic link) that
+// leaves dirFD's tree.
+func openBeneath(dirFD int, rel string, flags int, mode uint32) (int, error) {
+	how := unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Mode:    uint64(mode),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	for {
+		fd, err := unix.Openat2(dirFD, rel, &how)
+		switch {
+		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
+			continue
+		case errors.Is(err, unix.EXDEV):
+			return -1, fmt.Errorf("%s leads %w (%w)", rel, errOutside, err)
+		}
+		return fd, err
+	}
+}
+
+// openAt is openat(2) retried on EINTR.
+func openAt(dirFD int, name string, flags int, mode uint32) (int, error) {
+	for {
+		fd, err := unix.Openat(dirFD, name, flags|unix.O_CLOEXEC, mode)
+		if !errors.Is(err, unix.EINTR) {
+			return fd, err
+		}
+	}
+}
+
+// openDir opens the destination directory dir, creating it and any missing
+// parents with mode 0777 less the umask. Without a root it returns the
+// directories whose entries changed, to be fsynced before the first commit;
+// with one, every component is created and opened beneath root, and the
+// parents of new directories are fsynced at once. who names the file, for
+// messages.
+func openDir(dir, root, who string) (int, []string, error) {
+	if root == "" {
+		changed, err := mkdirAll(dir, who)
+		if err != nil {
+			return -1, nil, err
+		}
+		fd, err := openFile(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return -1, nil, osErr(who, "cannot open directory "+dir, err)
+		}
+		return fd, changed, nil
+	}
+	rootFD, rel, err := openRoot(root, dir)
+	if err != nil {
+		return -1, nil, fmt.Errorf("%s: %w", who, err)
+	}
+	cur := rootFD
+	if rel == "." {
+		return cur, nil, nil
+	}
+	done := ""
+	for _, comp := range strings.Split(rel, "/") {
+		next := filepath.Join(done, comp)
+		fd, err := openBeneath(rootFD, next, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if errors.Is(err, unix.ENOENT) {
+			err = retry(func() error { return unix.Mkdirat(cur, comp, 0o777) })
+			if err == nil {
+				err = fsync(cur)
+			}
+			if err == nil || errors.Is(err, unix.EEXIST) {
+				fd, err = openBeneath(rootFD, next, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			}
+		}
+		if cur != rootFD {
+			unix.Close(cur)
+		}
+		if err != nil {
+			unix.Close(rootFD)
+			return -1, nil, osErr(who, "cannot open directory "+filepath.Join(root, next), err)
+		}
+		cur, done = fd, next
+	}
+	unix.Close(rootFD)
+	return cur, nil, nil
 }
 
 // preadFull reads len(b) bytes at off unless the file ends first; it returns

@@ -1,12 +1,16 @@
 package test
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/transfer"
@@ -215,5 +219,109 @@ func TestRunsUnprivilegedWithUmaskModes(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("daemon log:\n%s", log.String())
+	}
+}
+
+// TestSymlinkRace swaps directories on the source and destination paths for
+// symbolic links to a directory outside the allowed prefixes, over and over,
+// while the daemon flushes: whatever it checked a moment before, nothing may
+// be read from or written to the outside directory.
+func TestSymlinkRace(t *testing.T) {
+	n := newNode(t)
+	outside := filepath.Join(n.root, "outside")
+	must(t, os.MkdirAll(outside, 0o755))
+	srcDir := filepath.Join(n.cache, "sub")
+	dstDir := filepath.Join(n.pfs, "flip")
+	must(t, os.MkdirAll(srcDir, 0o755))
+	must(t, os.MkdirAll(dstDir, 0o755))
+	const files = 40
+	want := map[string][]byte{}
+	secret := []byte(strings.Repeat("S", 65536))
+	for i := range files {
+		name := "rank_" + strconv.Itoa(i) + ".ckpt"
+		src := filepath.Join(srcDir, name)
+		data := bytes.Repeat([]byte{byte('a' + i%26)}, 65536)
+		must(t, os.WriteFile(src, data, 0o644))
+		must(t, os.WriteFile(filepath.Join(outside, name), secret, 0o644)) // same size, other content
+		want[src] = data
+		n.library(func(tr *hashfile.Tree) { transfer.AddFile(tr, src, filepath.Join(dstDir, name), int64(len(data))) })
+	}
+	n.library(func(tr *hashfile.Tree) {
+		transfer.SetBW(tr, 2e6) // about 1.3 s of copying: many swaps land mid-flush
+		transfer.SetCommand(tr, transfer.Run)
+	})
+	// Each swap exchanges a real directory with a symbolic link to the
+	// outside atomically (RENAME_EXCHANGE), so the path never goes missing.
+	for _, d := range []string{srcDir, dstDir} {
+		must(t, os.Symlink(outside, d+".link"))
+	}
+	exchange := func(d string) error {
+		return unix.Renameat2(unix.AT_FDCWD, d, unix.AT_FDCWD, d+".link", unix.RENAME_EXCHANGE)
+	}
+	stop := make(chan struct{})
+	swaps := make(chan int)
+	var swapErr error
+	go func() {
+		count := 0
+		defer func() { swaps <- count }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for range 2 { // to the link and back
+				for _, d := range []string{srcDir, dstDir} {
+					if swapErr = exchange(d); swapErr != nil {
+						return
+					}
+				}
+			}
+			count++
+		}
+	}()
+	d := n.start("--allow-src="+n.cache, "--allow-dest="+n.pfs, "--sync-interval=50ms")
+	n.waitFor("half the files flushed while swapping", settle, func(v transfer.View) bool {
+		c := 0
+		for _, f := range v.Files {
+			if f.Written == f.Size {
+				c++
+			}
+		}
+		return c >= files/2
+	})
+	close(stop)
+	count := <-swaps
+	t.Logf("%d swaps of both directories during the flush", count)
+	if swapErr != nil {
+		t.Fatalf("swapping: %v", swapErr)
+	}
+	if count < 10 {
+		t.Fatalf("only %d swaps: the race was not exercised", count)
+	}
+	for _, dir := range []string{srcDir, dstDir} {
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+			t.Fatalf("%s was left as a link: %v", dir, err)
+		}
+	}
+	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
+	v := n.waitFor("DONE once the swapping stopped", settle, done)
+	for _, f := range v.Files {
+		sameFile(t, f.Dest, want[f.Src])
+	}
+	entries, err := os.ReadDir(outside)
+	must(t, err)
+	if len(entries) != files {
+		t.Fatalf("%d entries outside, want the %d planted ones: something was written there", len(entries), files)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(outside, e.Name()))
+		must(t, err)
+		if !bytes.Equal(b, secret) {
+			t.Fatalf("%s outside was modified", e.Name())
+		}
+	}
+	if !d.alive() {
+		t.Fatal("daemon died")
 	}
 }

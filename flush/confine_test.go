@@ -1,0 +1,84 @@
+package flush
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestConfinedCopy(t *testing.T) {
+	tests := []struct {
+		name string
+		// setup builds the tree under root and returns the job's paths.
+		setup   func(t *testing.T, root string) (src, dst string)
+		wantErr string // "" for success
+	}{
+		{"plain, new directories beneath the root", func(t *testing.T, root string) (string, string) {
+			return filepath.Join(root, "cache", "a"), filepath.Join(root, "pfs", "x", "y", "a")
+		}, ""},
+		{"symlink that stays beneath", func(t *testing.T, root string) (string, string) {
+			mustOK(t, os.MkdirAll(filepath.Join(root, "pfs", "real"), 0o755))
+			mustOK(t, os.Symlink("real", filepath.Join(root, "pfs", "alias")))
+			return filepath.Join(root, "cache", "a"), filepath.Join(root, "pfs", "alias", "a")
+		}, ""},
+		{"source reached with ..", func(t *testing.T, root string) (string, string) {
+			return filepath.Join(root, "cache", "..", "outside", "secret"), filepath.Join(root, "pfs", "a")
+		}, "outside the directory it is confined to"},
+		{"source directory is a symlink out", func(t *testing.T, root string) (string, string) {
+			mustOK(t, os.Symlink(filepath.Join(root, "outside"), filepath.Join(root, "cache", "sub")))
+			return filepath.Join(root, "cache", "sub", "secret"), filepath.Join(root, "pfs", "a")
+		}, "outside the directory it is confined to"},
+		{"destination directory is a symlink out", func(t *testing.T, root string) (string, string) {
+			mustOK(t, os.Symlink(filepath.Join(root, "outside"), filepath.Join(root, "pfs", "sub")))
+			return filepath.Join(root, "cache", "a"), filepath.Join(root, "pfs", "sub", "planted")
+		}, "outside the directory it is confined to"},
+		{"destination directory is a relative symlink out", func(t *testing.T, root string) (string, string) {
+			mustOK(t, os.Symlink("../outside", filepath.Join(root, "pfs", "sub")))
+			return filepath.Join(root, "cache", "a"), filepath.Join(root, "pfs", "sub", "planted")
+		}, "outside the directory it is confined to"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for _, d := range []string{"cache", "pfs", "outside"} {
+				mustOK(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+			}
+			data := randBytes(100000, 7)
+			writeFile(t, filepath.Join(root, "cache", "a"), data)
+			writeFile(t, filepath.Join(root, "outside", "secret"), data)
+			src, dst := tc.setup(t, root)
+			job := Job{Src: src, Dst: dst, Size: int64(len(data)),
+				SrcRoot: filepath.Join(root, "cache"), DstRoot: filepath.Join(root, "pfs")}
+			res, err := NewCopier(nil, Options{}).Copy(context.Background(), job, nil)
+			if tc.wantErr == "" {
+				if err != nil || !res.Complete {
+					t.Fatalf("confined copy failed: %v", err)
+				}
+				got, err := os.ReadFile(dst)
+				mustOK(t, err)
+				if !bytes.Equal(got, data) {
+					t.Fatal("copy differs")
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, errOutside) {
+				t.Fatalf("got %v, want an error saying %q", err, tc.wantErr)
+			}
+			entries, _ := os.ReadDir(filepath.Join(root, "outside"))
+			if len(entries) != 1 {
+				t.Fatalf("something was written outside the root: %v", entries)
+			}
+		})
+	}
+}
+
+func mustOK(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
