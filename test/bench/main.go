@@ -10,6 +10,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -51,7 +52,7 @@ func run() error {
 	flag.IntVar(&c.runs, "runs", 3, "repetitions of each throughput measurement (the median is reported)")
 	flag.DurationVar(&c.idle, "idle", 60*time.Second, "how long to watch the idle daemon's CPU and memory")
 	flag.IntVar(&c.latency, "latency-trials", 20, "RUN to first WRITTEN trials")
-	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,latency,idle,verify,sparse (default all)")
+	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,latency,idle,verify,sparse,hashfile (default all)")
 	flag.Parse()
 	n, err := parseSize(size)
 	if err != nil {
@@ -78,6 +79,9 @@ func run() error {
 		{"percent", b.percent},
 		{"latency", b.runLatency},
 		{"idle", b.idleCost},
+		{"verify", b.verifyThroughput},
+		{"sparse", b.sparseFlush},
+		{"hashfile", b.hashfileBench},
 	}
 	for _, s := range sections {
 		if c.only != "" && !slices.Contains(strings.Split(c.only, ","), s.name) {
@@ -132,8 +136,14 @@ func newBench(work string, c config) (*bench, error) {
 	return b, nil
 }
 
-// startDaemon starts a fresh daemon on an empty transfer file.
-func (b *bench) startDaemon() error {
+// startDaemon starts a fresh daemon on an empty transfer file, copying
+// without format checks.
+func (b *bench) startDaemon() error { return b.startDaemonWith("--verify=off") }
+
+func (b *bench) ctx() context.Context { return context.Background() }
+
+// startDaemonWith starts a fresh daemon with the given flags.
+func (b *bench) startDaemonWith(flags ...string) error {
 	b.stopDaemon()
 	_ = os.Remove(b.transfer)
 	log, err := os.Create(filepath.Join(b.work, "daemon.log"))
@@ -141,7 +151,7 @@ func (b *bench) startDaemon() error {
 		return err
 	}
 	b.log = log
-	cmd := exec.Command(filepath.Join(b.bin, "scr-transferd"), "--verify=off", b.transfer)
+	cmd := exec.Command(filepath.Join(b.bin, "scr-transferd"), append(flags, b.transfer)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		return err
