@@ -106,10 +106,23 @@ const streamBufSize = 1 << 20
 // set, which only the master volume holds, are verified when the master is
 // inspected.
 func Inspect(ctx context.Context, path string) (*Report, error) {
-	return inspect(ctx, osFS{}, path)
+	return inspect(ctx, osFS{}, path, Options{})
 }
 
-func inspect(ctx context.Context, fsys fileSystem, path string) (*Report, error) {
+// Options tune InspectWith.
+type Options struct {
+	// Pace, if set, is called after every piece (at most 1 MiB) that is
+	// read for hashing, so that the caller can keep verification within
+	// its CPU share; an error from it stops the inspection.
+	Pace func(ctx context.Context) error
+}
+
+// InspectWith is Inspect with options.
+func InspectWith(ctx context.Context, path string, o Options) (*Report, error) {
+	return inspect(ctx, osFS{}, path, o)
+}
+
+func inspect(ctx context.Context, fsys fileSystem, path string, o Options) (*Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -118,7 +131,7 @@ func inspect(ctx context.Context, fsys fileSystem, path string) (*Report, error)
 		return nil, err
 	}
 	defer f.Close()
-	s := &source{ctx: ctx, r: f, size: f.size(), path: path}
+	s := &source{ctx: ctx, pace: o.Pace, r: f, size: f.size(), path: path}
 	kind, err := detect(s)
 	if err != nil {
 		return nil, err

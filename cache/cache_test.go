@@ -147,14 +147,14 @@ func TestCancelDuringHashing(t *testing.T) {
 			// A full run tells how many reads there are; the last eight or
 			// more read the data being hashed.
 			count := &cancellingFile{cancel: func() {}}
-			if _, err := inspect(context.Background(), cancellingFS{memFS{"/c/f": tc.data}, count}, "/c/f"); err != nil {
+			if _, err := inspect(context.Background(), cancellingFS{memFS{"/c/f": tc.data}, count}, "/c/f", Options{}); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			cf := &cancellingFile{after: count.reads.Load() - 5, cancel: cancel}
 			fsys := cancellingFS{memFS{"/c/f": tc.data}, cf}
-			_, err := inspect(ctx, fsys, "/c/f")
+			_, err := inspect(ctx, fsys, "/c/f", Options{})
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("err %v, want context.Canceled", err)
 			}
@@ -268,4 +268,29 @@ func TestMappedStream(t *testing.T) {
 		}
 		t.Log(err)
 	})
+}
+
+func TestPaceIsCalledWhileHashing(t *testing.T) {
+	w := &ftiWriter{order: binary.LittleEndian}
+	fti := w.checkpoint(1, []ftiVar{{1, 3 << 20}, {2, 2 << 20}})
+	dims, field := limeField(1)
+	files := map[string][]byte{"Ckpt1-Rank0.fti": fti, "f.lime": scidacSingle(dims, field)}
+	dir := writeFiles(t, t.TempDir(), files)
+	for name := range files {
+		calls := 0
+		rep, err := InspectWith(context.Background(), filepath.Join(dir, name), Options{Pace: func(context.Context) error {
+			calls++
+			return nil
+		}})
+		if err != nil || rep.Kind == Plain {
+			t.Fatalf("%s: %v %v", name, rep, err)
+		}
+		if calls == 0 {
+			t.Fatalf("%s: Pace never called while hashing", name)
+		}
+		stop := errors.New("over budget")
+		if _, err := InspectWith(context.Background(), filepath.Join(dir, name), Options{Pace: func(context.Context) error { return stop }}); !errors.Is(err, stop) {
+			t.Fatalf("%s: an error from Pace must stop the inspection, got %v", name, err)
+		}
+	}
 }

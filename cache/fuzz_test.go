@@ -42,7 +42,7 @@ func fuzzInspect(t *testing.T, fsys memFS, paths ...string) {
 	for _, p := range paths {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		rep, err := inspect(context.Background(), fsys, p)
+		rep, err := inspect(context.Background(), fsys, p, Options{})
 		runtime.ReadMemStats(&after)
 		allowed := uint64(256<<10 + 8*in)
 		if rep != nil {

@@ -15,6 +15,7 @@ import (
 // buffer, allocated on first use and never larger than the file.
 type source struct {
 	ctx  context.Context
+	pace func(context.Context) error // Options.Pace, nil if unset
 	r    io.ReaderAt
 	size int64
 	path string
@@ -24,6 +25,14 @@ type source struct {
 // fail returns a FormatError about this file.
 func (s *source) fail(kind Kind, code string, off int64, format string, args ...any) *FormatError {
 	return &FormatError{Path: s.path, Kind: kind, Code: code, Offset: off, Msg: fmt.Sprintf(format, args...)}
+}
+
+// paced calls the caller's pacing hook, if any.
+func (s *source) paced() error {
+	if s.pace == nil {
+		return nil
+	}
+	return s.pace(s.ctx)
 }
 
 // readAt fills p from offset off. The caller has checked that the range lies
@@ -75,6 +84,9 @@ func (s *source) streamRead(off, n int64, fn func([]byte) error) error {
 			return err
 		}
 		if err := fn(p); err != nil {
+			return err
+		}
+		if err := s.paced(); err != nil {
 			return err
 		}
 		off += int64(len(p))
@@ -134,6 +146,9 @@ func (s *source) consumeMapped(m []byte, off int64, fn func([]byte) error) (err 
 		}
 		p := m[:min(len(m), streamBufSize)]
 		if err := fn(p); err != nil {
+			return err
+		}
+		if err := s.paced(); err != nil {
 			return err
 		}
 		m = m[len(p):]

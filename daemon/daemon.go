@@ -348,7 +348,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
 	fj.SrcRoot, _ = confinedRoot(f.Src, d.cfg.AllowSrc)
 	fj.DstRoot, _ = confinedRoot(f.Dest, d.cfg.AllowDest)
 	if d.cfg.Verify.before() {
-		rep, err := cache.Inspect(ctx, f.Src)
+		rep, err := cache.InspectWith(ctx, f.Src, cache.Options{Pace: d.throttle.PaceCPU})
 		if err != nil {
 			return flush.Result{}, fmt.Errorf("checking the checkpoint: %w", err)
 		}

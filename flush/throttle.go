@@ -213,6 +213,18 @@ func (t *Throttle) governCPU(ctx context.Context, tm *time.Timer) error {
 	return err
 }
 
+// PaceCPU pauses, when needed, so that the process keeps within the
+// PERCENT share. Work other than copies that the share must cover, such as
+// checkpoint verification, calls it between pieces.
+func (t *Throttle) PaceCPU(ctx context.Context) error {
+	if t == nil || t.pct.Load() == 0 {
+		return nil
+	}
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
+	return t.governCPU(ctx, tm)
+}
+
 // cpuDelay returns how long to pause so that CPU/wall over the window does not
 // exceed the limit, and starts a new window once the current one is older
 // than cpuWindow.

@@ -222,3 +222,30 @@ func TestSharedThrottle(t *testing.T) {
 		t.Errorf("2 MB under a shared 4 MB/s limit took %v, the limit allows no less than 0.375 s", d)
 	}
 }
+
+// TestPaceCPU: work outside copies is paced by the same CPU share.
+func TestPaceCPU(t *testing.T) {
+	th := NewThrottle()
+	if err := th.PaceCPU(context.Background()); err != nil || th.Stats().CPUSleeps != 0 {
+		t.Fatalf("unlimited: %v, %+v", err, th.Stats())
+	}
+	th.SetPercent(10)
+	cpu0, start := processCPU(), time.Now()
+	buf := randBytes(1<<20, 25)
+	var sum uint32
+	for range 20 { // some tens of milliseconds of CPU
+		for _, b := range buf {
+			sum = sum*31 + uint32(b)
+		}
+		if err := th.PaceCPU(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wall, cpu := time.Since(start), processCPU()-cpu0
+	if th.Stats().CPUSleeps == 0 {
+		t.Fatalf("no CPU pauses (checksum %x)", sum)
+	}
+	if min := time.Duration(float64(cpu) / 0.10 / 2); wall < min {
+		t.Errorf("used %v CPU in %v: share %.1f %%, limit 10 %%", cpu, wall, 100*cpu.Seconds()/wall.Seconds())
+	}
+}
