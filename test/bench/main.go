@@ -136,9 +136,9 @@ func newBench(work string, c config) (*bench, error) {
 	return b, nil
 }
 
-// startDaemon starts a fresh daemon on an empty transfer file, copying
-// without format checks.
-func (b *bench) startDaemon() error { return b.startDaemonWith("--verify=off") }
+// startDaemon starts a fresh daemon on an empty transfer file with the
+// default settings.
+func (b *bench) startDaemon() error { return b.startDaemonWith() }
 
 func (b *bench) ctx() context.Context { return context.Background() }
 
