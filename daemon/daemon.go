@@ -127,7 +127,9 @@ func (d *daemon) loop(ctx context.Context) error {
 			return nil
 		}
 		// Arm the retry timer for the earliest file waiting out its back-off.
-		if at, ok := d.nextRetry(); ok && d.job == nil && d.state == transfer.Running {
+		// Not while the transfer file is unusable: the retry could not be
+		// taken, and a timer already due would fire again at once.
+		if at, ok := d.nextRetry(); ok && d.job == nil && d.state == transfer.Running && d.fileErr == "" {
 			retryTimer.Reset(time.Until(at))
 		}
 		// Report progress once a second while copying, never while idle.
@@ -358,10 +360,17 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
 			}
 		}
 	}
-	commit := func(n int64) error {
+	// The final commit records WRITTEN = SIZE, the CRC and the end of any
+	// ERROR in one update, so that no crash can leave a complete file
+	// without its CRC.
+	commit := func(n int64, crc uint32) error {
 		ok := true
 		_, _, err := d.store.Update(func(t *hashfile.Tree) error {
 			ok = transfer.SetWritten(t, f, n)
+			if ok && n == f.Size {
+				transfer.SetCRC(t, f, crc)
+				transfer.SetError(t, f.Src, "")
+			}
 			return nil
 		})
 		if err != nil {
@@ -375,19 +384,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
 		}
 		return nil
 	}
-	res, err := d.copier.Copy(ctx, fj, commit)
-	if err != nil || !res.Complete {
-		return res, err
-	}
-	_, _, err = d.store.Update(func(t *hashfile.Tree) error {
-		transfer.SetCRC(t, f, res.CRC)
-		transfer.SetError(t, f.Src, "")
-		return nil
-	})
-	if err != nil {
-		return res, fmt.Errorf("recording CRC: %w", err)
-	}
-	return res, nil
+	return d.copier.Copy(ctx, fj, commit)
 }
 
 // finish handles the end of a copy in the loop goroutine.

@@ -147,16 +147,17 @@ func TempPath(dst string) string {
 //
 // The data goes to TempPath(job.Dst), in batches of Options.SyncBytes or
 // Options.SyncInterval; after each batch is fsynced Copy calls
-// commit(offset) with an offset < job.Size. Once everything is copied, the
+// commit(offset, crc) with an offset < job.Size and the CRC32 of bytes
+// [0,offset), holes counting as zeros. Once everything is copied, the
 // partial copy is extended to Size, fsynced, optionally verified, renamed to
 // job.Dst and the directory fsynced; only then is commit(job.Size) called.
 // A failing commit stops the copy and its error is returned wrapped.
 //
 // When ctx ends, Copy fsyncs and commits what it has copied and returns an
 // error wrapping ctx.Err(). commit may be nil.
-func (c *Copier) Copy(ctx context.Context, job Job, commit func(written int64) error) (Result, error) {
+func (c *Copier) Copy(ctx context.Context, job Job, commit func(written int64, crc uint32) error) (Result, error) {
 	if commit == nil {
-		commit = func(int64) error { return nil }
+		commit = func(int64, uint32) error { return nil }
 	}
 	r := run{c: c, ctx: ctx, job: job, commit: commit, src: -1, tmp: -1, dir: -1}
 	err := r.do()
@@ -171,7 +172,7 @@ type run struct {
 	c      *Copier
 	ctx    context.Context
 	job    Job
-	commit func(int64) error
+	commit func(int64, uint32) error
 	res    Result
 
 	srcName, dstName string // "source <path>", "destination <path>", for messages
@@ -313,7 +314,7 @@ func (r *run) openTemp() error {
 	if why != "" {
 		r.res.Restarted = why
 		if r.job.Size > 0 {
-			if err := r.commit(0); err != nil {
+			if err := r.commit(0, 0); err != nil {
 				return fmt.Errorf("%s: recording the restart from 0: %w", r.srcName, err)
 			}
 		}
@@ -448,7 +449,7 @@ func (r *run) syncCommit() error {
 		return err
 	}
 	r.res.Written = r.pos
-	if err := r.commit(r.pos); err != nil {
+	if err := r.commit(r.pos, r.crc); err != nil {
 		return fmt.Errorf("%s: recording %d bytes durable: %w", r.srcName, r.pos, err)
 	}
 	return nil
@@ -542,7 +543,7 @@ func (r *run) finish() error {
 		return err
 	}
 	r.res = Result{Written: size, CRC: r.crc, Complete: true, Restarted: r.res.Restarted}
-	if err := r.commit(size); err != nil {
+	if err := r.commit(size, r.crc); err != nil {
 		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName, err)
 	}
 	return nil

@@ -476,7 +476,7 @@ func TestSourceErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := filepath.Join(dir, tc.src)
 			dst := filepath.Join(dir, "out", tc.src)
-			res, err := NewCopier(nil, Options{}).Copy(context.Background(), Job{Src: src, Dst: dst, Size: tc.size, Ranges: tc.ranges}, func(int64) error {
+			res, err := NewCopier(nil, Options{}).Copy(context.Background(), Job{Src: src, Dst: dst, Size: tc.size, Ranges: tc.ranges}, func(int64, uint32) error {
 				t.Error("commit called for a failing copy")
 				return nil
 			})
@@ -558,7 +558,7 @@ func TestSourceChangesDuringCopy(t *testing.T) {
 				t.Fatal(err)
 			}
 			changed := false
-			commit := func(w int64) error {
+			commit := func(w int64, _ uint32) error {
 				if !changed {
 					changed = true
 					tc.change(t, src)
@@ -773,7 +773,7 @@ func TestNoAllocPerChunk(t *testing.T) {
 				}
 				job := Job{Src: src, Dst: filepath.Join(dir, "out"), Size: st.Size()}
 				return testing.AllocsPerRun(3, func() {
-					if _, err := c.Copy(context.Background(), job, func(int64) error { return nil }); err != nil {
+					if _, err := c.Copy(context.Background(), job, func(int64, uint32) error { return nil }); err != nil {
 						t.Fatal(err)
 					}
 				})

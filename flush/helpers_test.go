@@ -111,9 +111,14 @@ func newCommitLog(t testing.TB, want []byte, dst string) *commitLog {
 	return &commitLog{t: t, want: want, dst: dst, tmp: TempPath(dst)}
 }
 
-func (l *commitLog) commit(w int64) error {
+func (l *commitLog) commit(w int64, crc uint32) error {
 	l.offsets = append(l.offsets, w)
 	size := int64(len(l.want))
+	if w >= 0 && w <= size {
+		if want := crc32.ChecksumIEEE(l.want[:w]); crc != want {
+			l.t.Errorf("commit(%d) with CRC %#08x, the source's prefix has %#08x", w, crc, want)
+		}
+	}
 	switch {
 	case w > size || w < 0:
 		l.t.Errorf("commit(%d) outside [0,%d]", w, size)

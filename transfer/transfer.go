@@ -66,9 +66,10 @@ type File struct {
 
 // Pending reports whether the file still has bytes to copy. An empty file
 // is pending until the daemon has created it and recorded its CRC, so that
-// a zero-byte checkpoint file still reaches the parallel file system.
+// a zero-byte checkpoint file still reaches the parallel file system. A
+// WRITTEN beyond SIZE cannot describe a real copy: the file is copied again.
 func (f File) Pending() bool {
-	return f.Problem != nil || f.Written < f.Size || (f.Size == 0 && !f.HasCRC)
+	return f.Problem != nil || f.Written != f.Size || (f.Size == 0 && !f.HasCRC)
 }
 
 // View is a typed reading of a transfer file.
