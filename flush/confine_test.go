@@ -82,3 +82,32 @@ func mustOK(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestPartialCopyRemovedDuringCopy: once the partial copy is unlinked by
+// someone else, no further offset may be committed as durable, and the
+// committed offset falls back to 0.
+func TestPartialCopyRemovedDuringCopy(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "out", "dst")
+	want := randBytes(4<<20, 31)
+	writeFile(t, src, want)
+	var commits []int64
+	commit := func(w int64, _ uint32) error {
+		commits = append(commits, w)
+		if len(commits) == 1 {
+			mustOK(t, os.Remove(TempPath(dst)))
+		}
+		return nil
+	}
+	_, err := NewCopier(nil, Options{BufSize: 64 << 10, SyncBytes: 256 << 10}).
+		Copy(context.Background(), Job{Src: src, Dst: dst, Size: int64(len(want))}, commit)
+	if !errors.Is(err, ErrDestinationChanged) {
+		t.Fatalf("got %v, want ErrDestinationChanged", err)
+	}
+	if len(commits) != 2 || commits[0] <= 0 || commits[1] != 0 {
+		t.Fatalf("commits %v: want one offset, then 0 once the partial copy was gone", commits)
+	}
+	if _, err := os.Stat(dst); err == nil {
+		t.Fatal("published a copy whose partial file was removed")
+	}
+}

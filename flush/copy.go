@@ -448,9 +448,29 @@ func (r *run) syncCommit() error {
 	if err := r.syncDirs(); err != nil {
 		return err
 	}
+	if err := r.checkTempLinked(); err != nil {
+		return err
+	}
 	r.res.Written = r.pos
 	if err := r.commit(r.pos, r.crc); err != nil {
 		return fmt.Errorf("%s: recording %d bytes durable: %w", r.srcName, r.pos, err)
+	}
+	return nil
+}
+
+// checkTempLinked fails if the partial copy was removed, or replaced by a
+// rename over its name, during the copy: bytes fsynced into a file that no
+// name leads to are not durable at the destination and must not be
+// committed. fstat(2) on the descriptor tells, without a path lookup.
+func (r *run) checkTempLinked() error {
+	var st unix.Stat_t
+	if err := unix.Fstat(r.tmp, &st); err != nil {
+		return osErr(r.dstName, "cannot stat partial copy "+r.tmpPath, err)
+	}
+	if st.Nlink == 0 {
+		_ = r.closeTemp()
+		r.forget()
+		return fmt.Errorf("%s: %w: partial copy %s was removed or replaced during the copy", r.dstName, ErrDestinationChanged, r.tmpPath)
 	}
 	return nil
 }
@@ -465,6 +485,10 @@ func (r *run) syncTemp(size int64) error {
 	}
 	if err := fsync(r.tmp); err != nil {
 		return osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, err)
+	}
+	// The kernel's work on the fsync counts against PERCENT like the copy.
+	if err := r.c.t.governCPU(r.ctx, r.c.timer); err != nil {
+		return err
 	}
 	r.unsynced, r.lastSync = 0, time.Now()
 	if r.c.o.DropCache && size > r.dropped {
@@ -546,6 +570,11 @@ func (r *run) finish() error {
 	if err := r.commit(size, r.crc); err != nil {
 		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName, err)
 	}
+	// Pay for the publishing work too, so the share holds over whole files;
+	// an interruption here loses nothing, the copy is complete.
+	if err := r.c.t.governCPU(r.ctx, r.c.timer); err != nil && !r.isCtxErr(err) {
+		return err
+	}
 	return nil
 }
 
@@ -562,8 +591,19 @@ func (r *run) discardTemp() string {
 	if err := unix.Unlinkat(r.dir, r.tmpName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Sprintf(" (removing partial copy %s failed: %v)", r.tmpPath, err)
 	}
-	r.res.Written = 0
+	r.forget()
 	return "; the partial copy was removed"
+}
+
+// forget records that no byte of the copy is durable any more (the partial
+// copy is gone), so the transfer file stops claiming any. A failure to
+// record it is left to the error being returned: the next Copy finds no
+// partial copy and restarts from 0, committing 0 first.
+func (r *run) forget() {
+	if r.res.Written > 0 {
+		_ = r.commit(0, 0)
+	}
+	r.res.Written = 0
 }
 
 // crcOf returns the CRC32 of [0,limit) of fd, reading only the data ranges

@@ -17,6 +17,9 @@ var (
 	ErrSourceChanged = errors.New("changed during the copy")
 	// ErrNotRegular: the source (or the partial copy) is not a regular file.
 	ErrNotRegular = errors.New("not a regular file")
+	// ErrDestinationChanged: the partial copy was removed or replaced by
+	// someone else while it was written.
+	ErrDestinationChanged = errors.New("destination changed during the copy")
 	// ErrVerifyMismatch: Options.VerifyAfter found that the written copy differs
 	// from the data read from the source.
 	ErrVerifyMismatch = errors.New("verification failed")

@@ -84,18 +84,17 @@ func TestTransferFileRecreated(t *testing.T) {
 	n := newNode(t)
 	n.start("--poll=1h", "--reread=1h")
 	n.waitFor("STOPPED", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
-	// The library removes the file and starts a new one: the daemon sees
-	// the new file, writes its STATE again and runs the new flush.
+	// The library removes the file and starts a new one, under the lock as
+	// KVTree writes (open O_CREAT, lock, write): the daemon sees the new
+	// file, writes its STATE again and runs the new flush.
 	if err := os.Remove(n.transfer); err != nil {
 		t.Fatal(err)
 	}
 	p, data := n.checkpoint("b.ckpt", 5000)
-	tree := hashfile.New()
-	transfer.AddFile(tree, p, n.dest("b.ckpt"), int64(len(data)))
-	transfer.SetCommand(tree, transfer.Run)
-	if err := os.WriteFile(n.transfer, hashfile.Encode(tree), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n.library(func(tr *hashfile.Tree) {
+		transfer.AddFile(tr, p, n.dest("b.ckpt"), int64(len(data)))
+		transfer.SetCommand(tr, transfer.Run)
+	})
 	n.waitFor("DONE on the recreated file", settle, done)
 	sameFile(t, n.dest("b.ckpt"), data)
 }
@@ -260,9 +259,8 @@ func TestUnknownCommandAndCorruptFile(t *testing.T) {
 	}
 	bad := append([]byte{}, good...)
 	bad[len(bad)-1] ^= 0xff
-	if err := os.WriteFile(n.transfer, bad, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeRaw(t, n.transfer, bad) // under the lock, as a writer would
+
 	d.waitLog("CRC mismatch", settle)
 	if !d.alive() {
 		t.Fatal("daemon died on a corrupt transfer file")
@@ -270,9 +268,7 @@ func TestUnknownCommandAndCorruptFile(t *testing.T) {
 	if b, _ := os.ReadFile(n.transfer); string(b) != string(bad) {
 		t.Fatal("the daemon rewrote a transfer file it could not read")
 	}
-	if err := os.WriteFile(n.transfer, good, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeRaw(t, n.transfer, good)
 	n.library(func(t *hashfile.Tree) { transfer.SetCommand(t, transfer.Run) })
 	n.waitFor("DONE", settle, done)
 	sameFile(t, n.dest("a.ckpt"), data)

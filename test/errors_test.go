@@ -161,6 +161,9 @@ func TestSourceShrinksDuringCopy(t *testing.T) {
 	if v.Done {
 		t.Fatal("DONE with a shrunken source")
 	}
+	if v.Files[0].Written != 0 {
+		t.Fatalf("WRITTEN %d still claimed after the partial copy was discarded", v.Files[0].Written)
+	}
 	if _, err := os.Stat(n.dest("a.ckpt")); err == nil {
 		t.Fatal("a truncated copy was published")
 	}
@@ -170,6 +173,37 @@ func TestSourceShrinksDuringCopy(t *testing.T) {
 	must(t, os.WriteFile(src, data, 0o644))
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
 	v = n.waitFor("DONE once the source is whole again", settle, done)
+	if v.Files[0].Error != "" {
+		t.Fatalf("ERROR not cleared: %q", v.Files[0].Error)
+	}
+	sameFile(t, n.dest("a.ckpt"), data)
+}
+
+func TestDestinationRemovedDuringCopy(t *testing.T) {
+	n := newNode(t)
+	src, data := n.checkpoint("a.ckpt", 8*mib)
+	n.add(src, n.dest("a.ckpt"))
+	n.library(func(tr *hashfile.Tree) {
+		transfer.SetBW(tr, slowBW)
+		transfer.SetCommand(tr, transfer.Run)
+	})
+	d := n.start("--sync-interval=100ms", "--retry-min=2s", "--retry-max=2s")
+	n.waitFor("bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 })
+	must(t, os.RemoveAll(filepath.Dir(n.dest("a.ckpt")))) // someone cleans the PFS directory
+	v := n.waitFor("ERROR recorded", settle, func(v transfer.View) bool { return v.Files[0].Error != "" })
+	f := v.Files[0]
+	t.Logf("ERROR: %s", f.Error)
+	if !strings.Contains(f.Error, "removed or replaced") {
+		t.Fatalf("ERROR %q should say the partial copy went away", f.Error)
+	}
+	if f.Written != 0 {
+		t.Fatalf("WRITTEN %d still claimed after the partial copy was removed", f.Written)
+	}
+	if !d.alive() {
+		t.Fatal("daemon died")
+	}
+	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
+	v = n.waitFor("DONE after the retry", settle, done)
 	if v.Files[0].Error != "" {
 		t.Fatalf("ERROR not cleared: %q", v.Files[0].Error)
 	}
