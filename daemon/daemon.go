@@ -14,6 +14,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/cache"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/filewatch"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -109,7 +110,9 @@ func Run(ctx context.Context, cfg Config) error {
 func (d *daemon) loop(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
-	changed := watch(watchCtx, d.cfg.TransferFile, d.cfg.Poll, d.log)
+	changed := filewatch.Watch(watchCtx, d.cfg.TransferFile, d.cfg.Poll, func(msg string, err error) {
+		d.log.Warn(msg, zap.String("transfer_file", d.cfg.TransferFile), zap.Error(err))
+	})
 	reread := time.NewTicker(d.cfg.Reread)
 	defer reread.Stop()
 	retryTimer := time.NewTimer(time.Hour)

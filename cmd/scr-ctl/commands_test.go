@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,34 +185,7 @@ func TestParseFlagsInterspersed(t *testing.T) {
 	}
 }
 
-func TestParseByteRate(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want float64 // -1: an error
-	}{
-		{"0", 0}, {"52428800", 52428800}, {"52428800.000000", 52428800}, {"50M", 50 << 20}, {"50MB", 50 << 20},
-		{"1.5GiB", 1.5 * (1 << 30)}, {"4k/s", 4096}, {" 2 T ", 2 << 40}, {"100B", 100},
-		{"", -1}, {"-1", -1}, {"NaN", -1}, {"Inf", -1}, {"1e300G", -1}, {"12 apples", -1},
-	} {
-		got, err := parseByteRate(tc.in)
-		switch {
-		case tc.want < 0 && err == nil:
-			t.Errorf("parseByteRate(%q) = %v, want an error", tc.in, got)
-		case tc.want >= 0 && (err != nil || got != tc.want):
-			t.Errorf("parseByteRate(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
-		}
-	}
-}
-
 func TestFormats(t *testing.T) {
-	for _, tc := range []struct {
-		n    float64
-		want string
-	}{{0, "0 B"}, {1023, "1023 B"}, {1024, "1.00 KiB"}, {1536, "1.50 KiB"}, {10 << 20, "10.0 MiB"}, {100 << 30, "100 GiB"}, {math.Pow(1024, 7), "1024 EiB"}} {
-		if got := formatBytes(tc.n); got != tc.want {
-			t.Errorf("formatBytes(%v) = %q, want %q", tc.n, got, tc.want)
-		}
-	}
 	for _, tc := range []struct {
 		d    time.Duration
 		want string
@@ -236,18 +208,6 @@ func TestFormats(t *testing.T) {
 			t.Errorf("pathPair(%q, %q, %d) = %q, want %q", tc.src, tc.dest, tc.width, got, tc.want)
 		}
 	}
-}
-
-func FuzzParseByteRate(f *testing.F) {
-	for _, s := range []string{"0", "50M", "1.5GiB", "4k/s", "52428800.000000", "-1", "NaN", "1e400"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parseByteRate(s)
-		if err == nil && !(v >= 0 && v <= 1<<62) {
-			t.Fatalf("parseByteRate(%q) = %v without an error", s, v)
-		}
-	})
 }
 
 // TestPrintMatchesKVTree prints files KVTree wrote and compares them with

@@ -7,8 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/term"
@@ -55,53 +53,6 @@ func terminalOf(w io.Writer) func() (bool, int, int) {
 		}
 		return true, cols, rows
 	}
-}
-
-// parseByteRate parses a byte count or rate: a decimal number with an
-// optional suffix K, M, G, T (powers of 1024, as SCR's parameters; KB, KiB
-// and friends mean the same), with or without "/s".
-func parseByteRate(s string) (float64, error) {
-	u := strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "/S")
-	mult := 1.0
-	for _, suf := range []struct {
-		s string
-		m float64
-	}{
-		{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40},
-		{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"TB", 1 << 40},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1},
-	} {
-		if strings.HasSuffix(u, suf.s) {
-			u, mult = strings.TrimSpace(strings.TrimSuffix(u, suf.s)), suf.m
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(u, 64)
-	if err != nil || !(v >= 0) || v*mult > 1<<62 {
-		return 0, fmt.Errorf("%q is not a byte count such as 52428800, 50M or 1.5GiB", s)
-	}
-	return v * mult, nil
-}
-
-// formatBytes writes n in IEC units with three significant digits.
-func formatBytes(n float64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return strconv.FormatFloat(n, 'f', 0, 64) + " B"
-	}
-	i := -1
-	for n >= 1024 && i < len(units)-1 {
-		n /= 1024
-		i++
-	}
-	prec := 2
-	switch {
-	case n >= 100:
-		prec = 0
-	case n >= 10:
-		prec = 1
-	}
-	return strconv.FormatFloat(n, 'f', prec, 64) + " " + units[i:i+1] + "iB"
 }
 
 // formatDuration writes d rounded to a second, in the largest two units.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -145,7 +146,7 @@ func cmdAdd(e *env, args []string) error {
 	}
 	var n int64
 	if *size != "" {
-		v, err := parseByteRate(*size)
+		v, err := units.Parse(*size)
 		if err != nil || v != math.Trunc(v) {
 			return usageError{fmt.Sprintf("--size %q: want a whole number of bytes", *size)}
 		}
@@ -184,7 +185,7 @@ func cmdSet(e *env, args []string) error {
 	var edit func(*hashfile.Tree)
 	switch key := strings.ToLower(pos[1]); key {
 	case "bw":
-		v, err := parseByteRate(pos[2])
+		v, err := units.Parse(pos[2])
 		if err != nil {
 			return usageError{"bw: " + err.Error()}
 		}

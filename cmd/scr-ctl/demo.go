@@ -17,6 +17,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -52,7 +53,7 @@ func cmdDemo(e *env, args []string) error {
 	if err := wantArgs(pos, 0, "no arguments"); err != nil {
 		return err
 	}
-	bw, err := parseByteRate(*bwFlag)
+	bw, err := units.Parse(*bwFlag)
 	if err != nil {
 		return usageError{"--bw: " + err.Error()}
 	}
@@ -101,7 +102,7 @@ func runDemo(e *env, l demoLayout, bw float64, timeout time.Duration) error {
 			return fmt.Errorf("the sample %s is not sound: %s", p, r.Error)
 		}
 		fmt.Fprintf(out, "   %-16s %-6s %9s apparent, %9s of data  %s\n", f.name, r.Kind,
-			formatBytes(float64(r.Size)), formatBytes(float64(r.DataBytes)), r.Detail)
+			units.IEC(float64(r.Size)), units.IEC(float64(r.DataBytes)), r.Detail)
 		files = append(files, pair{p, filepath.Join(l.pfs, f.name)})
 		dataBytes += r.DataBytes
 	}
@@ -201,8 +202,8 @@ func runDemo(e *env, l demoLayout, bw float64, timeout time.Duration) error {
 	}
 	elapsed := time.Since(started)
 	fmt.Fprintf(out, "   %d files, %s of data (%s apparent) flushed in %s: %s/s under BW %s\n",
-		len(files), formatBytes(float64(dataBytes)), formatBytes(float64(last.Totals.Size)),
-		elapsed.Round(100*time.Millisecond), formatBytes(float64(dataBytes)/elapsed.Seconds()), bwText(bw))
+		len(files), units.IEC(float64(dataBytes)), units.IEC(float64(last.Totals.Size)),
+		elapsed.Round(100*time.Millisecond), units.IEC(float64(dataBytes)/elapsed.Seconds()), bwText(bw))
 
 	step("5. checking the destinations")
 	crcs := map[string]string{}

@@ -10,6 +10,8 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/filewatch"
+	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -377,13 +379,13 @@ func progressLine(written, size int64, detail string, o view) string {
 	}
 	full := int(frac * float64(w))
 	bar := strings.Repeat("█", full) + strings.Repeat("░", w-full)
-	return fmt.Sprintf("[%s] %5.1f%%  %9s of %-9s  %s", bar, 100*frac, formatBytes(float64(written)), formatBytes(float64(size)), detail)
+	return fmt.Sprintf("[%s] %5.1f%%  %9s of %-9s  %s", bar, 100*frac, units.IEC(float64(written)), units.IEC(float64(size)), detail)
 }
 
 func rateText(rate, etaSec *float64) string {
 	r, e := "rate -", ""
 	if rate != nil {
-		r = formatBytes(*rate) + "/s"
+		r = units.IEC(*rate) + "/s"
 	}
 	if etaSec != nil {
 		e = "  ETA " + formatDuration(time.Duration(*etaSec*float64(time.Second)))
@@ -395,7 +397,7 @@ func bwText(bw float64) string {
 	if bw <= 0 {
 		return "unlimited"
 	}
-	return formatBytes(bw) + "/s"
+	return units.IEC(bw) + "/s"
 }
 
 func percentText(p float64) string {
@@ -478,7 +480,7 @@ type watchOpts struct {
 func watchStatus(e *env, store *hashfile.Store, w watchOpts) error {
 	var changed <-chan struct{}
 	if w.onChange {
-		changed = watchFile(e.ctx, store.Path(), w.poll)
+		changed = filewatch.Watch(e.ctx, store.Path(), w.poll, nil)
 	}
 	tick := time.NewTicker(w.interval)
 	defer tick.Stop()

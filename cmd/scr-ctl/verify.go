@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/scr-transferd/scr-transferd/cache"
+	"github.com/scr-transferd/scr-transferd/internal/units"
 )
 
 const helpVerify = `
@@ -71,7 +72,7 @@ func writeVerify(w io.Writer, r verifyResult) {
 			pct = 100 * float64(r.DataBytes) / float64(r.Size)
 		}
 		fmt.Fprintf(w, "      %s: %d data bytes of %d apparent (%.1f%%, %s of %s): %s\n",
-			r.Kind, r.DataBytes, r.Size, pct, formatBytes(float64(r.DataBytes)), formatBytes(float64(r.Size)), r.Detail)
+			r.Kind, r.DataBytes, r.Size, pct, units.IEC(float64(r.DataBytes)), units.IEC(float64(r.Size)), r.Detail)
 	case r.Code != "":
 		at := ""
 		if r.Offset != nil {

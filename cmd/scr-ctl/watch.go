@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"syscall"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/filewatch"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -19,83 +15,6 @@ import (
 // metadata when file-system notification says nothing: inotify does not
 // see writes made on other nodes of a parallel file system.
 const defaultPoll = 250 * time.Millisecond
-
-// watchFile returns a channel that receives a value whenever the file at
-// path may have changed (at most one pending value; bursts coalesce). It
-// watches the file's directory with inotify, so a file created or replaced
-// later is seen too, and compares the file's metadata every poll as a
-// fallback. It stops when ctx is done.
-func watchFile(ctx context.Context, path string, poll time.Duration) <-chan struct{} {
-	changed := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	w, err := fsnotify.NewWatcher()
-	if err == nil {
-		if err = w.Add(filepath.Dir(path)); err == nil {
-			events, errs = w.Events, w.Errors
-		} else {
-			w.Close()
-			w = nil
-		}
-	}
-	name := filepath.Base(path)
-	last := statStamp(path) // taken before the caller's first read
-	go func() {
-		if w != nil {
-			defer w.Close()
-		}
-		tick := time.NewTicker(poll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-events:
-				if !ok {
-					events = nil
-				} else if filepath.Base(ev.Name) == name {
-					signal()
-				}
-			case _, ok := <-errs:
-				if !ok {
-					errs = nil
-				} else {
-					signal()
-				}
-			case <-tick.C:
-				if s := statStamp(path); s != last {
-					last = s
-					signal()
-				}
-			}
-		}
-	}()
-	return changed
-}
-
-// stamp identifies a version of a file by what stat(2) says of it.
-type stamp struct {
-	ino, size, mtime, ctime int64
-	ok                      bool
-}
-
-func statStamp(path string) stamp {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return stamp{}
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return stamp{size: fi.Size(), mtime: fi.ModTime().UnixNano(), ok: true}
-	}
-	return stamp{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), ok: true}
-}
 
 // errTimeout marks a wait that reached its --timeout.
 var errTimeout = errors.New("timed out")
@@ -110,7 +29,7 @@ func watchView(ctx context.Context, s *hashfile.Store, poll, timeout time.Durati
 	check func(v transfer.View) (done bool, err error), describe func(v transfer.View) string) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	changed := watchFile(wctx, s.Path(), poll)
+	changed := filewatch.Watch(wctx, s.Path(), poll, nil)
 	for {
 		t, err := readExisting(s)
 		if err != nil {

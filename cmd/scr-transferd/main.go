@@ -28,6 +28,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/units"
 )
 
 func main() {
@@ -190,22 +191,11 @@ func envBytes(name string, def int) (int, error) {
 }
 
 func parseBytes(s string) (int, error) {
-	u := strings.ToUpper(strings.TrimSpace(s))
-	mult := 1
-	for _, suf := range []struct {
-		s string
-		m int
-	}{{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(u, suf.s) {
-			u, mult = strings.TrimSpace(strings.TrimSuffix(u, suf.s)), suf.m
-			break
-		}
+	v, err := units.Parse(s)
+	if err != nil || v < 1 || v > 1<<31 || v != float64(int(v)) {
+		return 0, errors.New("want a positive whole byte count such as 1048576 or 1MB")
 	}
-	n, err := strconv.Atoi(u)
-	if err != nil || n <= 0 || n > (1<<31)/mult {
-		return 0, errors.New("want a positive byte count such as 1048576 or 1MB")
-	}
-	return n * mult, nil
+	return int(v), nil
 }
 
 // lowerPriority makes the daemon yield to the application: a higher nice

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/scr-transferd/scr-transferd/daemon"
+	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/metrics"
 )
 
@@ -172,29 +172,15 @@ func (s *service) send(state string) {
 func statusLine(st daemon.Status) string {
 	s := string(st.State)
 	if st.File != "" {
-		s += fmt.Sprintf(": copying %s at %s/s", st.File, iec(st.Rate))
+		s += fmt.Sprintf(": copying %s at %s/s", st.File, units.IEC(st.Rate))
 	} else {
 		s += ": idle"
 	}
-	s += fmt.Sprintf("; %s pending", iec(float64(st.BytesPending)))
+	s += fmt.Sprintf("; %s pending", units.IEC(float64(st.BytesPending)))
 	if st.FilesInError > 0 {
 		s += fmt.Sprintf("; %d files in error", st.FilesInError)
 	}
 	return s
-}
-
-// iec writes n bytes in IEC units.
-func iec(n float64) string {
-	const units = "KMGTPE"
-	if n < 1024 {
-		return strconv.FormatFloat(n, 'f', 0, 64) + " B"
-	}
-	i := -1
-	for n >= 1024 && i < len(units)-1 {
-		n /= 1024
-		i++
-	}
-	return strconv.FormatFloat(n, 'f', 1, 64) + " " + units[i:i+1] + "iB"
 }
 
 // absPath returns path made absolute, or path itself if that fails.

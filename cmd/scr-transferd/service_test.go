@@ -243,7 +243,7 @@ func TestStatusLine(t *testing.T) {
 	}{
 		{daemon.Status{State: transfer.Stopped}, "STOPPED: idle; 0 B pending"},
 		{daemon.Status{State: transfer.Running, File: "/c/a", Rate: 3 << 20, BytesPending: 5 << 30, FilesInError: 2},
-			"RUNNING: copying /c/a at 3.0 MiB/s; 5.0 GiB pending; 2 files in error"},
+			"RUNNING: copying /c/a at 3.00 MiB/s; 5.00 GiB pending; 2 files in error"},
 	} {
 		if got := statusLine(tc.st); got != tc.want {
 			t.Errorf("statusLine(%+v) = %q, want %q", tc.st, got, tc.want)
