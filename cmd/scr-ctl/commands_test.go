@@ -232,3 +232,28 @@ func TestPrintMatchesKVTree(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitWithNothingAsked: a job that never started an asynchronous flush
+// has nothing to wait for; a RUN with bytes left keeps wait waiting.
+func TestWaitWithNothingAsked(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	tree := hashfile.New()
+	tree.SetValue("STATE", "STOPPED")
+	if err := os.WriteFile(tf, hashfile.Encode(tree), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := inproc(context.Background(), "wait", tf); r.code != exitOK {
+		t.Fatalf("nothing asked: %v", r)
+	}
+	sub := tree.Set("FILES").Set("/c/a")
+	sub.SetValue("DESTINATION", "/p/a")
+	sub.SetUint("SIZE", 10)
+	sub.SetUint("WRITTEN", 0)
+	tree.SetValue("COMMAND", "RUN")
+	if err := os.WriteFile(tf, hashfile.Encode(tree), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := inproc(context.Background(), "wait", "--timeout=200ms", tf); r.code != exitFailure || !strings.Contains(r.stderr, "timed out") {
+		t.Fatalf("RUN with bytes left: %v", r)
+	}
+}

@@ -10,7 +10,8 @@ import (
 const helpWait = `
 Blocks until one of:
   - the flush is complete: FLAG DONE is set and every file has
-    WRITTEN >= SIZE (exit status 0);
+    WRITTEN >= SIZE, or no flush is asked for (no COMMAND RUN) and no file
+    has bytes left (exit status 0);
   - a file has an ERROR recorded by the daemon, or a FILES entry is malformed
     (exit status 1; the message names each such file and its error);
   - --timeout has passed (exit status 1; the message says so and how far
@@ -47,7 +48,7 @@ func cmdWait(e *env, args []string) error {
 			return false, err
 		}
 		final = v
-		return v.Done && !v.HasPending(), nil
+		return !v.HasPending() && (v.Done || v.Command != transfer.Run), nil
 	}, func(v transfer.View) string {
 		return fmt.Sprintf("the flush of %s is not complete: %s", store.Path(), progressText(v))
 	})
