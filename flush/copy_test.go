@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -496,14 +497,19 @@ func TestSourceErrors(t *testing.T) {
 }
 
 func TestSourceUnreadable(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("permission bits do not stop root; TestSourceErrors covers failures root cannot bypass")
-	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	writeFile(t, src, []byte("secret"))
 	if err := os.Chmod(src, 0); err != nil {
 		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		// Permission bits do not stop root: copy with the file-system
+		// identity of an unprivileged user on this thread only.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		unix.Setfsuid(65534)
+		defer unix.Setfsuid(0)
 	}
 	_, err := NewCopier(nil, Options{}).Copy(context.Background(), Job{Src: src, Dst: filepath.Join(dir, "dst"), Size: 6}, nil)
 	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), src) || !strings.Contains(err.Error(), "permission denied") {
