@@ -262,12 +262,12 @@ func (b *bench) runLatency() error {
 	return nil
 }
 
-// idleCost measures CPU and memory of a daemon with nothing to do.
+// idleCost measures CPU and memory of a daemon with nothing to do, from the
+// moment it has recorded STATE STOPPED (so any start-up work left counts).
 func (b *bench) idleCost() error {
 	if err := b.startDaemon(); err != nil {
 		return err
 	}
-	time.Sleep(time.Second) // let start-up work finish before measuring
 	c0, err := b.cpuTime()
 	if err != nil {
 		return err
