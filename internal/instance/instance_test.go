@@ -1,0 +1,219 @@
+package instance
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// helperEnv makes the test binary act as a second process holding the
+// lock of the transfer file it names.
+const helperEnv = "INSTANCE_TEST_HOLD"
+
+func TestMain(m *testing.M) {
+	if tf := os.Getenv(helperEnv); tf != "" {
+		os.Exit(hold(tf))
+	}
+	os.Exit(m.Run())
+}
+
+// hold takes the lock, says so on stdout, and keeps it until stdin closes
+// or the process is killed.
+func hold(tf string) int {
+	l, err := Acquire(tf)
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Println("locked")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	if err := l.Close(); err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	return 0
+}
+
+type holder struct {
+	cmd   *exec.Cmd
+	stdin interface{ Close() error }
+}
+
+// startHolder runs a separate process that takes the lock of tf.
+func startHolder(t *testing.T, tf string) *holder {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+tf)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if strings.TrimSpace(line) != "locked" {
+		t.Fatalf("holder process: %q %v", line, err)
+	}
+	return &holder{cmd: cmd, stdin: stdin}
+}
+
+func TestLockPath(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/dev/shm/u/transfer.scrinfo", "/dev/shm/u/.transfer.scrinfo.lock"},
+		{"transfer.scrinfo", ".transfer.scrinfo.lock"},
+		{"/a/b/x", "/a/b/.x.lock"},
+	} {
+		if got := LockPath(tc.in); got != tc.want {
+			t.Errorf("LockPath(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if LockPath(tc.in) == tc.in {
+			t.Errorf("LockPath(%q) is the transfer file itself", tc.in)
+		}
+	}
+}
+
+func TestSecondProcessRefused(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	if _, held, err := Holder(tf); err != nil || held {
+		t.Fatalf("Holder before anyone locked: held %v, %v", held, err)
+	}
+	h := startHolder(t, tf)
+
+	_, err := Acquire(tf)
+	var he *HeldError
+	if !errors.As(err, &he) {
+		t.Fatalf("Acquire while another process holds the lock: %v, want a *HeldError", err)
+	}
+	if he.PID != h.cmd.Process.Pid || he.Path != LockPath(tf) {
+		t.Fatalf("HeldError %+v, want PID %d path %s", he, h.cmd.Process.Pid, LockPath(tf))
+	}
+	want := fmt.Sprintf("already served by PID %d (lock %s)", h.cmd.Process.Pid, LockPath(tf))
+	if err.Error() != want {
+		t.Fatalf("error %q, want %q", err, want)
+	}
+	pid, held, err := Holder(tf)
+	if err != nil || !held || pid != h.cmd.Process.Pid {
+		t.Fatalf("Holder = %d %v %v, want %d true", pid, held, err, h.cmd.Process.Pid)
+	}
+	// The probe took nothing for long: the holder still holds, and after
+	// it lets go normally the lock is free.
+	if err := h.stdin.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Wait(); err != nil {
+		t.Fatalf("holder process: %v", err)
+	}
+	if _, held, err := Holder(tf); err != nil || held {
+		t.Fatalf("Holder after release: held %v, %v", held, err)
+	}
+	l, err := Acquire(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pid, held, err = Holder(tf)
+	if err != nil || !held || pid != os.Getpid() {
+		t.Fatalf("Holder = %d %v %v, want our PID %d", pid, held, err, os.Getpid())
+	}
+}
+
+func TestReleasedWhenHolderKilled(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	h := startHolder(t, tf)
+	if _, err := Acquire(tf); err == nil {
+		t.Fatal("lock taken while held")
+	}
+	if err := h.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.cmd.Wait()
+	l, err := Acquire(tf)
+	if err != nil {
+		t.Fatalf("lock of a killed holder not released: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSameProcessTwice(t *testing.T) {
+	// Two opens in one process are two open file descriptions: flock
+	// conflicts between them too, so a daemon cannot serve a file twice.
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	l, err := Acquire(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var he *HeldError
+	if _, err := Acquire(tf); !errors.As(err, &he) || he.PID != os.Getpid() {
+		t.Fatalf("second Acquire: %v", err)
+	}
+}
+
+func TestLockFileReplaced(t *testing.T) {
+	// Someone removes the lock file while it is held: a newcomer creates
+	// a new one and gets it; the first holder's lock then guards nothing
+	// visible, which Holder reports as the newcomer. Acquire itself never
+	// keeps a lock on a file the path no longer names.
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	l, err := Acquire(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := os.Remove(LockPath(tf)); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := Acquire(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if ok, err := samePath(l2.f, LockPath(tf)); err != nil || !ok {
+		t.Fatalf("the new lock is not the file at the path: %v %v", ok, err)
+	}
+}
+
+func TestRefusesSymlinkAndDirectory(t *testing.T) {
+	dir := t.TempDir()
+	tf := filepath.Join(dir, "transfer.scrinfo")
+	if err := os.Symlink(filepath.Join(dir, "elsewhere"), LockPath(tf)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Acquire(tf); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("Acquire through a symlink: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "elsewhere")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("the symlink's target was created")
+	}
+	tf2 := filepath.Join(dir, "t2")
+	if err := os.Mkdir(LockPath(tf2), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Acquire(tf2); err == nil {
+		t.Fatal("Acquire on a directory succeeded")
+	}
+}
+
+func TestHeldErrorUnknownPID(t *testing.T) {
+	e := &HeldError{Path: "/x/.t.lock"}
+	if got := e.Error(); got != "already served by PID unknown (lock /x/.t.lock)" {
+		t.Fatal(got)
+	}
+}
