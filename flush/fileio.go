@@ -84,7 +84,7 @@ func openBeneath(dirFD int, rel string, flags int, mode uint32) (int, error) {
 		case errors.Is(err, unix.EXDEV):
 			return -1, fmt.Errorf("%s leads %w (%w)", rel, errOutside, err)
 		}
-		return fd, err
+		return fd, explainOpenat2(err)
 	}
 }
 

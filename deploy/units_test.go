@@ -1,0 +1,122 @@
+package deploy
+
+import (
+	"bufio"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// serviceSettings reads the [Service] section of a unit file: each key's
+// values in order, with space-separated lists split and a leading "-"
+// (ignore if missing) dropped.
+func serviceSettings(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := map[string][]string{}
+	section := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "["):
+			section = line
+		case section == "[Service]":
+			k, v, ok := strings.Cut(line, "=")
+			if !ok {
+				t.Fatalf("%s: unparsable line %q", path, line)
+			}
+			if v == "" {
+				m[k] = nil // an empty assignment resets a list
+				continue
+			}
+			for _, w := range strings.Fields(v) {
+				m[k] = append(m[k], strings.TrimPrefix(w, "-"))
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// last returns the effective value of a single-valued setting.
+func last(m map[string][]string, key string) string {
+	v := m[key]
+	if len(v) == 0 {
+		return ""
+	}
+	return v[len(v)-1]
+}
+
+func isTrue(s string) bool {
+	switch strings.ToLower(s) {
+	case "yes", "true", "on", "1":
+		return true
+	}
+	return false
+}
+
+// TestUnitsLeaveOpenat2Usable: RestrictSUIDSGID=yes makes systemd's seccomp
+// filter answer openat2(2) with ENOSYS, which --allow-src/--allow-dest need
+// for every file.
+func TestUnitsLeaveOpenat2Usable(t *testing.T) {
+	for _, u := range units {
+		s := serviceSettings(t, u.path)
+		if isTrue(last(s, "RestrictSUIDSGID")) {
+			t.Errorf("%s: RestrictSUIDSGID=yes denies openat2, so every confined file fails", u.path)
+		}
+		for _, f := range s["SystemCallFilter"] {
+			if f == "~openat2" || f == "~@file-system" {
+				t.Errorf("%s: SystemCallFilter=%s denies openat2", u.path, f)
+			}
+		}
+	}
+}
+
+// TestUnitsKeepDevShm: RemoveIPC=yes removes everything the user owns in
+// /dev/shm (caches and transfer files) when the user's last unit stops.
+func TestUnitsKeepDevShm(t *testing.T) {
+	for _, u := range units {
+		s := serviceSettings(t, u.path)
+		if isTrue(last(s, "RemoveIPC")) {
+			t.Errorf("%s: RemoveIPC=yes deletes the user's /dev/shm: unflushed checkpoints and the transfer file", u.path)
+		}
+		if !slices.Contains(s["ReadWritePaths"], "/dev/shm") {
+			t.Errorf("%s: /dev/shm (SCR's control directory) is not writable", u.path)
+		}
+	}
+}
+
+// TestUnitsMakeTmpDestinationsFail: with PrivateTmp=yes a destination under
+// /tmp or /var/tmp is written into a private directory that vanishes when
+// the unit stops, after being reported complete. The units must leave
+// those directories read-only instead, so that such a copy fails.
+func TestUnitsMakeTmpDestinationsFail(t *testing.T) {
+	for _, u := range units {
+		s := serviceSettings(t, u.path)
+		if last(s, "ProtectSystem") != "strict" {
+			t.Errorf("%s: ProtectSystem=%s, want strict (only the listed paths writable)", u.path, last(s, "ProtectSystem"))
+		}
+		if isTrue(last(s, "PrivateTmp")) {
+			t.Errorf("%s: PrivateTmp=yes: a destination under /tmp is flushed into a private directory and lost", u.path)
+		}
+		for _, d := range []string{"/tmp", "/var/tmp"} {
+			if !slices.Contains(s["ReadOnlyPaths"], d) {
+				t.Errorf("%s: %s is not among ReadOnlyPaths=", u.path, d)
+			}
+			for _, w := range s["ReadWritePaths"] {
+				if w == d || strings.HasPrefix(w, d+"/") || w == "/" || w == "/var" {
+					t.Errorf("%s: ReadWritePaths=%s makes %s writable", u.path, w, d)
+				}
+			}
+		}
+	}
+}
