@@ -199,6 +199,7 @@ func (d *daemon) sync(first bool) {
 				v.Files[i].Problem = d.confine(v.Files[i])
 			}
 		}
+		refuseConflicts(v.Files)
 		want, done = transfer.Next(v, d.state, d.job != nil)
 		next = want
 		if d.job != nil && want != transfer.Running {
@@ -274,7 +275,10 @@ func (d *daemon) recordProblems(t *hashfile.Tree, v transfer.View) {
 			continue
 		}
 		msg := "refused FILES entry: " + f.Problem.Error()
-		if f.Error != msg {
+		// The recorded ERROR is the folded form: compare with that, or a
+		// message with a double space, a tab or a line break would differ
+		// from it on every pass, and be logged and written again each time.
+		if f.Error != transfer.ErrorValue(msg) {
 			transfer.SetError(t, f.Src, msg)
 			d.log.Error("refused FILES entry", zap.String("src", f.Src), zap.Error(f.Problem))
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,10 +26,20 @@ const (
 	// that the fsync closing a batch finds little left to write.
 	kickBytes = 8 << 20
 	// tempSuffix ends the name of a partial copy.
-	tempSuffix = ".scrpart"
+	tempSuffix = PartialSuffix
 	// nameMax is the longest file name Linux file systems accept.
 	nameMax = 255
 )
+
+// PartialSuffix ends the name of every partial copy (see TempPath).
+const PartialSuffix = ".scrpart"
+
+// IsPartialName tells whether the final component of path has the form of
+// a partial copy's name: hidden, ending in PartialSuffix.
+func IsPartialName(path string) bool {
+	b := filepath.Base(path)
+	return strings.HasPrefix(b, ".") && strings.HasSuffix(b, PartialSuffix)
+}
 
 // Range is a span [Off, Off+Len) of the source that holds data.
 type Range struct{ Off, Len int64 }

@@ -78,6 +78,23 @@ func SetWritten(t *hashfile.Tree, f File, n int64) bool {
 	return true
 }
 
+// SetWrittenFrom records n durable bytes for f only if the entry still
+// holds prev, the WRITTEN its writer last recorded (or read). It reports
+// false, changing nothing, when the entry is gone, names another destination
+// or size, or holds another WRITTEN: the library reset or re-added it, and
+// its value must win over older progress.
+func SetWrittenFrom(t *hashfile.Tree, f File, prev, n int64) bool {
+	e := entry(t, f)
+	if e == nil {
+		return false
+	}
+	if w, _, err := e.Uint(KeyWritten); err != nil || int64(w) != prev {
+		return false
+	}
+	e.SetUint(KeyWritten, uint64(n))
+	return true
+}
+
 // SetCRC records the CRC32 of a completed file. It reports false if the
 // entry changed, as SetWritten.
 func SetCRC(t *hashfile.Tree, f File, crc uint32) bool {
@@ -89,9 +106,8 @@ func SetCRC(t *hashfile.Tree, f File, crc uint32) bool {
 	return true
 }
 
-// SetError records msg as the file's ERROR ("" clears it). Line breaks are
-// folded so that the printed form stays one key per line. It reports false
-// if the entry is gone.
+// SetError records msg as the file's ERROR ("" clears it), in the form
+// ErrorValue gives. It reports false if the entry is gone.
 func SetError(t *hashfile.Tree, src, msg string) bool {
 	e := t.Lookup(KeyFiles, src)
 	if e == nil {
@@ -101,6 +117,12 @@ func SetError(t *hashfile.Tree, src, msg string) bool {
 		e.Unset(KeyError)
 		return true
 	}
-	e.SetValue(KeyError, strings.Join(strings.Fields(msg), " "))
+	e.SetValue(KeyError, ErrorValue(msg))
 	return true
 }
+
+// ErrorValue is the form in which SetError stores msg: runs of white space,
+// line breaks included, folded to one space, so that the printed form stays
+// one key per line. Compare a recorded ERROR with ErrorValue(msg), never
+// with msg itself.
+func ErrorValue(msg string) string { return strings.Join(strings.Fields(msg), " ") }
