@@ -490,7 +490,7 @@ func (d *daemon) report() {
 	}
 	s.BytesWritten, s.BytesPending = written, max(size-written, 0)
 	for _, f := range d.view.Files {
-		if f.Error != "" || f.Problem != nil {
+		if st := f.State(); st == transfer.StateError || st == transfer.StateInvalid {
 			s.FilesInError++
 		}
 	}

@@ -63,24 +63,16 @@ type statusTotals struct {
 
 // fileStatus is one FILES entry of a reading.
 type fileStatus struct {
-	Source      string   `json:"source"`
-	Destination string   `json:"destination"`
-	Size        int64    `json:"size"`
-	Written     int64    `json:"written"`
-	State       string   `json:"state"` // complete, pending, error or invalid
-	Rate        *float64 `json:"rate"`
-	ETA         *float64 `json:"eta_seconds"`
-	Error       string   `json:"error,omitempty"` // the daemon's ERROR, or why the entry is invalid
-	CRC         string   `json:"crc,omitempty"`   // CRC32 recorded when complete, "0x…"
+	Source      string             `json:"source"`
+	Destination string             `json:"destination"`
+	Size        int64              `json:"size"`
+	Written     int64              `json:"written"`
+	State       transfer.FileState `json:"state"` // complete, pending, error or invalid
+	Rate        *float64           `json:"rate"`
+	ETA         *float64           `json:"eta_seconds"`
+	Error       string             `json:"error,omitempty"` // the daemon's ERROR, or why the entry is invalid
+	CRC         string             `json:"crc,omitempty"`   // CRC32 recorded when complete, "0x…"
 }
-
-// File states in fileStatus.State.
-const (
-	fileComplete = "complete"
-	filePending  = "pending"
-	fileError    = "error"
-	fileInvalid  = "invalid"
-)
 
 // rateWindow is how far back rates look: WRITTEN advances in steps (each
 // fsync of the destination), so a rate over one interval would jump.
@@ -155,26 +147,17 @@ func buildReport(path string, at time.Time, t *hashfile.Tree, m *rateMeter) stat
 	}
 	seen := map[string]bool{}
 	for _, f := range v.Files {
-		fs := fileStatus{Source: f.Src, Destination: f.Dest, Size: f.Size, Written: f.Written, Error: f.Error}
-		switch {
-		case f.Problem != nil:
-			fs.State = fileInvalid
-			if fs.Error == "" {
-				fs.Error = "malformed FILES entry: " + f.Problem.Error()
-			}
-		case f.Error != "":
-			fs.State = fileError
-		case f.Written >= f.Size:
-			fs.State = fileComplete
-		default:
-			fs.State = filePending
+		fs := fileStatus{Source: f.Src, Destination: f.Dest, Size: f.Size, Written: f.Written, Error: f.Error,
+			State: f.State()}
+		if f.Problem != nil && fs.Error == "" {
+			fs.Error = "malformed FILES entry: " + f.Problem.Error()
 		}
-		if f.HasCRC && fs.State == fileComplete {
+		if f.HasCRC && fs.State == transfer.StateComplete {
 			fs.CRC = hashfile.FormatCRC(f.CRC)
 		}
 		if f.Problem == nil {
 			r.Totals.Files++
-			if fs.State == fileComplete {
+			if fs.State == transfer.StateComplete {
 				r.Totals.Complete++
 			}
 			if m != nil {
@@ -184,7 +167,7 @@ func buildReport(path string, at time.Time, t *hashfile.Tree, m *rateMeter) stat
 				fs.ETA = eta(f.Size-min(f.Written, f.Size), fs.Rate)
 			}
 		}
-		if fs.State == fileError || fs.State == fileInvalid {
+		if fs.State == transfer.StateError || fs.State == transfer.StateInvalid {
 			r.Totals.InError++
 		}
 		r.Files = append(r.Files, fs)
@@ -248,12 +231,12 @@ func renderText(r statusReport, o view) string {
 		add("  " + pathPair(f.Source, orNone(f.Destination, "(no DESTINATION)"), o.width-3))
 		detail := ""
 		switch {
-		case f.State == fileComplete:
+		case f.State == transfer.StateComplete:
 			detail = "complete"
 			if f.CRC != "" {
 				detail += "  crc " + f.CRC
 			}
-		case f.State == fileInvalid:
+		case f.State == transfer.StateInvalid:
 			detail = "invalid"
 		case f.Written == 0 && (f.Rate == nil || *f.Rate == 0):
 			detail = "waiting"
@@ -261,7 +244,7 @@ func renderText(r statusReport, o view) string {
 			detail = rateText(f.Rate, f.ETA)
 		}
 		written, size := f.Written, f.Size
-		if f.State == fileInvalid {
+		if f.State == transfer.StateInvalid {
 			written, size = 0, -1 // no figures to show
 		}
 		add("    " + progressLine(written, size, detail, o))
@@ -319,7 +302,7 @@ func selectFiles(files []fileStatus, o view) (shown []int, hidden int) {
 	}
 	pick := make([]bool, len(files))
 	n := 0
-	for _, pass := range [][]string{{fileError, fileInvalid}, {filePending}, {fileComplete}} {
+	for _, pass := range [][]transfer.FileState{{transfer.StateError, transfer.StateInvalid}, {transfer.StatePending}, {transfer.StateComplete}} {
 		for i, f := range files {
 			if n < room && !pick[i] && (f.State == pass[0] || len(pass) > 1 && f.State == pass[1]) {
 				pick[i] = true

@@ -100,7 +100,7 @@ func TestStatusFigures(t *testing.T) {
 	if f.ETA == nil || *f.ETA != 10 {
 		t.Errorf("ETA %v, want 10 s (60 MiB left at 6 MiB/s)", f.ETA)
 	}
-	if r.Files[2].State != fileError || r.Files[4].State != fileInvalid || r.Files[0].CRC != "0x1a2b3c4d" {
+	if r.Files[2].State != transfer.StateError || r.Files[4].State != transfer.StateInvalid || r.Files[0].CRC != "0x1a2b3c4d" {
 		t.Errorf("file states: %+v", r.Files)
 	}
 	if r.Complete {

@@ -66,10 +66,10 @@ func cmdWait(e *env, args []string) error {
 func filesInError(path string, v transfer.View) error {
 	var msgs []string
 	for _, f := range v.Files {
-		switch {
-		case f.Error != "":
+		switch f.State() {
+		case transfer.StateError:
 			msgs = append(msgs, fmt.Sprintf("%s -> %s: ERROR %s", f.Src, f.Dest, f.Error))
-		case f.Problem != nil:
+		case transfer.StateInvalid:
 			msgs = append(msgs, fmt.Sprintf("%s: malformed FILES entry: %v", f.Src, f.Problem))
 		}
 	}
@@ -85,12 +85,7 @@ func filesInError(path string, v transfer.View) error {
 // progressText says how far a flush got.
 func progressText(v transfer.View) string {
 	size, written := v.Totals()
-	complete := 0
-	for _, f := range v.Files {
-		if !f.Pending() {
-			complete++
-		}
-	}
+	complete := v.Count()[transfer.StateComplete]
 	s := fmt.Sprintf("%d of %d files complete, %d of %d bytes written", complete, len(v.Files), written, size)
 	if v.Done {
 		s += ", FLAG DONE"
