@@ -15,6 +15,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/filewatch"
+	"github.com/scr-transferd/scr-transferd/internal/instance"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -87,6 +88,16 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := checkControlDir(filepath.Dir(path)); err != nil {
 			return err
 		}
+	}
+	// One daemon per transfer file, before anything is written: a second
+	// daemon would resume the same partial copies and fight over STATE.
+	// The kernel releases the lock however this process ends.
+	inst, err := instance.Acquire(path)
+	if err != nil {
+		return err
+	}
+	defer inst.Close()
+	if !cfg.Insecure {
 		store.Guard(transferFileGuard)
 		var r *refusal
 		if _, err := store.Read(); errors.As(err, &r) || errors.Is(err, hashfile.ErrSymlink) {
@@ -121,6 +132,7 @@ func (d *daemon) loop(ctx context.Context) error {
 	var progressTicker *time.Ticker
 
 	d.log.Info("started", zap.String("transfer_file", d.cfg.TransferFile),
+		zap.String("instance_lock", instance.LockPath(d.cfg.TransferFile)), zap.Int("pid", os.Getpid()),
 		zap.String("locking", d.cfg.Locking.String()), zap.String("verify", d.cfg.Verify.String()))
 	d.state = transfer.Stopped
 	d.sync(true)
