@@ -1,16 +1,66 @@
 #!/bin/bash
 # Slurm epilog (runs as root on each node after the job): stop the job's
-# scr-transferd@.service instance started by prolog.sh and remove its
-# drop-in. SIGTERM makes the daemon stop its copy at a consistent point
-# (WRITTEN covers only durable bytes) and record STATE EXITING.
+# scr-transferd@.service instance started by prolog.sh, remove its drop-in
+# and its metrics file, and the job's node-local cache once nothing in it
+# is left to flush. SIGTERM makes the daemon stop its copy at a consistent
+# point (WRITTEN covers only durable bytes) and record STATE EXITING.
+#
+# Like the prolog it never fails (Slurm would drain the node): problems are
+# logged (syslog tag scr-transferd-epilog, and stderr).
+#
+# Site settings, optional, in /etc/scr-transferd/slurm.env (sourced):
+#   SCR_TRANSFERD_UNIT_DIR=/run/systemd/system   where the per-job drop-in goes
+#   SCR_CNTL_BASE=/dev/shm, SCR_CACHE_BASE=/dev/shm   as SCR was built
+#   SCR_TRANSFERD_METRICS_DIR=/var/lib/prometheus/node-exporter
+#   SCR_KEEP_CACHE=1          never remove caches
+# scr-ctl comes from PATH or /usr/local/bin.
 set -uo pipefail
 
-user=${SLURM_JOB_USER:?}
-job=${SLURM_JOB_ID:?}
-transfer=${SCR_CNTL_BASE:-/dev/shm}/$user/scr.$job/transfer.scrinfo
-instance=$(systemd-escape --path "$transfer")
+log() {
+    logger -t scr-transferd-epilog -- "$*" 2>/dev/null || true
+    echo "scr-transferd-epilog: $*" >&2
+}
 
-systemctl stop "scr-transferd@$instance.service"
-rm -rf "/run/systemd/system/scr-transferd@$instance.service.d"
-systemctl daemon-reload
+if [ -r /etc/scr-transferd/slurm.env ]; then
+    # shellcheck source=/dev/null
+    . /etc/scr-transferd/slurm.env || log "cannot read /etc/scr-transferd/slurm.env"
+fi
+
+user=${SLURM_JOB_USER:-}
+job=${SLURM_JOB_ID:-}
+if [ -z "$user" ] || [ -z "$job" ]; then
+    log "SLURM_JOB_USER or SLURM_JOB_ID is not set"
+    exit 0
+fi
+cntl=${SCR_CNTL_BASE:-/dev/shm}/$user/scr.$job
+cache=${SCR_CACHE_BASE:-/dev/shm}/$user/scr.$job
+transfer=$cntl/transfer.scrinfo
+instance=$(systemd-escape --path "$transfer")
+unit=scr-transferd@$instance.service
+
+if systemctl cat "$unit" >/dev/null 2>&1; then
+    systemctl stop "$unit" || log "job $job: systemctl stop $unit failed"
+    systemctl reset-failed "$unit" 2>/dev/null
+fi
+rm -rf "${SCR_TRANSFERD_UNIT_DIR:-/run/systemd/system}/$unit.d"
+systemctl daemon-reload || log "systemctl daemon-reload failed"
+# The daemon removes its metrics file when it ends; this covers a daemon
+# that was killed.
+rm -f "${SCR_TRANSFERD_METRICS_DIR:-/var/lib/prometheus/node-exporter}/$unit.prom" \
+    "${SCR_TRANSFERD_METRICS_DIR:-/var/lib/prometheus/node-exporter}/scr-transferd@$instance.prom"
+
+# The node-local cache lives in RAM under /dev/shm and outlives the job.
+# Remove it (as the user, so that no planted link leads root astray) once
+# every file handed to the daemon has arrived; keep it otherwise, for SCR's
+# scavenge or by hand.
+if [ "${SCR_KEEP_CACHE:-0}" = 1 ] || { ! [ -d "$cntl" ] && ! [ -d "$cache" ]; }; then
+    exit 0
+fi
+scr_ctl=$(command -v scr-ctl || echo /usr/local/bin/scr-ctl)
+if [ -e "$transfer" ] && ! runuser -u "$user" -- "$scr_ctl" wait --quiet --timeout=1s "$transfer" >/dev/null 2>&1; then
+    log "job $job: keeping $cache and $transfer: files not flushed (scr-ctl status $transfer)"
+    exit 0
+fi
+runuser -u "$user" -- rm -rf --one-file-system "$cache" "$cntl" ||
+    log "job $job: cannot remove $cache $cntl"
 exit 0
