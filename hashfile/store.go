@@ -162,13 +162,40 @@ func (s *Store) Update(fn func(*Tree) error) (t *Tree, wrote bool, err error) {
 	if bytes.Equal(s.wbuf, s.rbuf) {
 		return t, false, nil
 	}
-	if err := rewrite(f, s.wbuf); err != nil {
-		return nil, false, fmt.Errorf("%s: rewrite: %w", s.path, err)
+	if err := rewrite(f, s.wbuf, len(s.rbuf)); err != nil {
+		return nil, false, &WriteError{Path: s.path, Err: err}
 	}
 	return t, true, nil
 }
 
-func rewrite(f *os.File, img []byte) error {
+// WriteError is returned by Update when the new image could not be
+// written. When the cause is a lack of room (ENOSPC, EDQUOT, EFBIG) the
+// file still holds its old image, intact: the room is reserved before the
+// first byte of the old image is overwritten.
+type WriteError struct {
+	Path string
+	Err  error
+}
+
+func (e *WriteError) Error() string { return e.Path + ": rewrite: " + e.Err.Error() }
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// rewrite replaces the file's image of old bytes with img in place. KVTree
+// rewrites in place under its lock (the lock lives on the open file, so a
+// rename would break it), and an in-place rewrite that runs out of room
+// half-way leaves a torn file neither side can decode. So the room for a
+// longer image is secured first, while the old image is still whole:
+// RLIMIT_FSIZE is checked, then the blocks beyond the old end are
+// allocated with fallocate(FALLOC_FL_KEEP_SIZE), which changes nothing a
+// reader sees. Where fallocate is not supported, the growth is written
+// beyond the old end first and cut off again if that fails. Overwriting
+// the old bytes then needs no new space.
+func rewrite(f *os.File, img []byte, old int) error {
+	if len(img) > old {
+		if err := reserve(f, img, old); err != nil {
+			return err
+		}
+	}
 	if _, err := f.WriteAt(img, 0); err != nil {
 		return err
 	}
@@ -176,6 +203,35 @@ func rewrite(f *os.File, img []byte) error {
 		return err
 	}
 	return f.Sync()
+}
+
+// reserve secures the room for img beyond the old image's end.
+func reserve(f *os.File, img []byte, old int) error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &lim); err == nil && lim.Cur != unix.RLIM_INFINITY && uint64(len(img)) > lim.Cur {
+		return fmt.Errorf("the new image of %d bytes exceeds the file size limit (RLIMIT_FSIZE %d): %w", len(img), lim.Cur, unix.EFBIG)
+	}
+	fd := int(f.Fd())
+	for {
+		err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, int64(old), int64(len(img)-old))
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOSYS):
+			// No fallocate here: write the growth beyond the old end.
+			if _, err := f.WriteAt(img[old:], int64(old)); err != nil {
+				if terr := f.Truncate(int64(old)); terr != nil {
+					return errors.Join(err, terr)
+				}
+				return err
+			}
+			return nil
+		default:
+			return fmt.Errorf("reserving %d bytes: %w", len(img)-old, err)
+		}
+	}
 }
 
 // readAll reads the whole file from offset 0 into buf, grown to the size

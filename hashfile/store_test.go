@@ -115,8 +115,11 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
+	switch os.Getenv(childEnv) {
+	case "1":
 		os.Exit(runChild())
+	case "fsize":
+		os.Exit(runFsizeChild())
 	}
 	os.Exit(m.Run())
 }
@@ -232,5 +235,138 @@ func TestStoreGuard(t *testing.T) {
 	ls.Guard(func(*unix.Stat_t) error { return nil })
 	if _, err := ls.Read(); err == nil || !strings.Contains(err.Error(), "refusing a symbolic link") {
 		t.Fatalf("guarded read through a symlink: %v", err)
+	}
+}
+
+// growBy adds a key whose value makes the image longer by about n bytes.
+func growBy(n int) func(*Tree) error {
+	return func(tr *Tree) error {
+		tr.SetValue("GROWTH", strings.Repeat("g", n))
+		return nil
+	}
+}
+
+// runFsizeChild lowers its own RLIMIT_FSIZE to just above the file's size
+// and tries to grow it, printing the error.
+func runFsizeChild() int {
+	path := os.Getenv(childPathEnv)
+	fi, err := os.Stat(path)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	lim := unix.Rlimit{Cur: uint64(fi.Size()) + 16, Max: unix.RLIM_INFINITY}
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	_, _, err = NewStore(path, Flock).Update(growBy(3000))
+	var we *WriteError
+	switch {
+	case err == nil:
+		fmt.Println("grew beyond RLIMIT_FSIZE without an error")
+		return 1
+	case !errors.As(err, &we) || !errors.Is(err, unix.EFBIG):
+		fmt.Println("want a WriteError wrapping EFBIG:", err)
+		return 1
+	}
+	return 0
+}
+
+// TestStoreNoRoomKeepsOldImage: when the new image does not fit (the file
+// size limit, a full file system), Update fails and the file still holds
+// its old image, byte for byte; once there is room, Update succeeds.
+func TestStoreNoRoomKeepsOldImage(t *testing.T) {
+	t.Run("RLIMIT_FSIZE", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+		old := Encode(sampleTree())
+		if err := os.WriteFile(path, old, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"=fsize", childPathEnv+"="+path)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v: %s", err, out)
+		}
+		checkImage(t, path, old)
+		if _, _, err := NewStore(path, Flock).Update(growBy(3000)); err != nil {
+			t.Fatalf("without the limit: %v", err)
+		}
+	})
+	t.Run("full tmpfs", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("mount tmpfs: %v", err)
+			}
+			t.Skipf("cannot mount a tmpfs here (%v)", err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+		path := filepath.Join(dir, "transfer.scrinfo")
+		s := NewStore(path, Flock)
+		// An image a little under one page, so that growth needs a page.
+		if _, _, err := s.Update(func(tr *Tree) error {
+			tr.SetValue("PAD", strings.Repeat("p", 3900))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		old, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		filler := fill(t, dir)
+		_, _, err = s.Update(growBy(1000))
+		var we *WriteError
+		if !errors.As(err, &we) || !errors.Is(err, unix.ENOSPC) {
+			t.Fatalf("growing on a full file system: %v, want a WriteError wrapping ENOSPC", err)
+		}
+		checkImage(t, path, old)
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Update(growBy(1000)); err != nil {
+			t.Fatalf("once there is room: %v", err)
+		}
+		if _, err := s.Read(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// fill writes a file in dir until the file system is full.
+func fill(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "filler")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	page := make([]byte, 4096)
+	for {
+		if _, err := f.Write(page); err != nil {
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatal(err)
+			}
+			return p
+		}
+	}
+}
+
+// checkImage fails unless the file holds exactly want and decodes.
+func checkImage(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		_, derr := Decode(got)
+		t.Fatalf("the old image was not kept: %d bytes now, %d before; decode: %v", len(got), len(want), derr)
+	}
+	if _, err := Decode(got); err != nil {
+		t.Fatal(err)
 	}
 }
