@@ -2,11 +2,12 @@ package hashfile
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,19 +53,45 @@ func ParseLocking(s string) (Locking, error) {
 //
 // fcntl locks belong to the process, not the descriptor, so a Store also
 // serialises its own callers; use one Store per file in a process.
+//
+// The Context methods never block for long on another process: they try
+// the lock without waiting and back off between attempts, so that a
+// cancelled context (a signal) is answered within LockRetryMax, and they
+// report a long wait to the hook set with OnLockWait.
 type Store struct {
 	path    string
 	locking Locking
 
-	mu    sync.Mutex
-	rbuf  []byte // last file image read, reused (decoded trees do not alias it)
-	wbuf  []byte // last image encoded, reused
-	guard func(*unix.Stat_t) error
+	sem    chan struct{} // one caller at a time; a channel so that waiting for it is cancellable
+	rbuf   []byte        // last file image read, reused (decoded trees do not alias it)
+	wbuf   []byte        // last image encoded, reused
+	guard  func(*unix.Stat_t) error
+	onWait func(since time.Time)
+	settle time.Duration
+	own    fileSig // the file as this Store last wrote it
 }
+
+// fileSig identifies a version of the file: its inode and change time.
+type fileSig struct {
+	dev, ino uint64
+	ctime    unix.Timespec
+}
+
+func sigOf(st *unix.Stat_t) fileSig {
+	return fileSig{dev: st.Dev, ino: st.Ino, ctime: st.Ctim}
+}
+
+// Lock waits: the first retry comes after LockRetryMin, doubling up to
+// LockRetryMax; a wait longer than LockWaitNotice is reported.
+const (
+	LockRetryMin   = time.Millisecond
+	LockRetryMax   = 50 * time.Millisecond
+	LockWaitNotice = time.Second
+)
 
 // NewStore returns a Store for the hash file at path.
 func NewStore(path string, locking Locking) *Store {
-	return &Store{path: path, locking: locking}
+	return &Store{path: path, locking: locking, sem: make(chan struct{}, 1)}
 }
 
 // Path returns the file's path.
@@ -75,10 +102,48 @@ func (s *Store) Path() string { return s.path }
 // swapped after the check, fails check. A daemon uses it to refuse a
 // transfer file that someone else could have written.
 func (s *Store) Guard(check func(*unix.Stat_t) error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.sem <- struct{}{}
+	defer func() { <-s.sem }()
 	s.guard = check
 }
+
+// OnLockWait sets a hook called, from the waiting goroutine, when an access
+// has waited LockWaitNotice for the file lock (with the time the wait
+// began), and again with the zero time when that wait ends.
+func (s *Store) OnLockWait(fn func(since time.Time)) {
+	s.sem <- struct{}{}
+	defer func() { <-s.sem }()
+	s.onWait = fn
+}
+
+// Settle makes every later access wait, before it takes the lock, until
+// the file has gone d without a change this Store did not make. SCR up to
+// 1.2 built with fcntl locking takes its lock with a non-blocking F_SETLK
+// and fails outright on EAGAIN; it accesses the file twice in a row (write,
+// then an immediate read), so a process that locks the file right after a
+// change it did not make is exactly in its way. Zero disables settling.
+func (s *Store) Settle(d time.Duration) {
+	s.sem <- struct{}{}
+	defer func() { <-s.sem }()
+	s.settle = d
+}
+
+// acquire takes the Store for one caller, or fails when ctx is done.
+func (s *Store) acquire(ctx context.Context) error {
+	select {
+	case s.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", s.path, context.Cause(ctx))
+	}
+}
+
+func (s *Store) release() { <-s.sem }
 
 // open opens the file and applies the guard.
 func (s *Store) open(flags int) (*os.File, error) {
@@ -106,20 +171,66 @@ func (s *Store) open(flags int) (*os.File, error) {
 	return f, nil
 }
 
+// waitSettled waits until the file has gone s.settle without a change
+// this Store did not make.
+func (s *Store) waitSettled(ctx context.Context) error {
+	if s.settle <= 0 {
+		return nil
+	}
+	for {
+		var st unix.Stat_t
+		if err := unix.Stat(s.path, &st); err != nil {
+			return nil // open reports it
+		}
+		if sigOf(&st) == s.own {
+			return nil
+		}
+		quiet := time.Until(time.Unix(st.Ctim.Unix()).Add(s.settle))
+		if quiet <= 0 {
+			return nil
+		}
+		t := time.NewTimer(quiet)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w", s.path, context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+}
+
+// remember records the file as this Store left it, so that settling does
+// not wait after the Store's own changes.
+func (s *Store) remember(f *os.File) {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) == nil {
+		s.own = sigOf(&st)
+	}
+}
+
 // Read returns the file's tree, read under a shared lock. A missing file is
 // an error wrapping fs.ErrNotExist; an empty file is an empty tree.
-func (s *Store) Read() (*Tree, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Store) Read() (*Tree, error) { return s.ReadContext(context.Background()) }
+
+// ReadContext is Read, giving up when ctx is done.
+func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
+	if err := s.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer s.release()
+	if err := s.waitSettled(ctx); err != nil {
+		return nil, err
+	}
 	f, err := s.open(os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	if err := lock(f, s.locking, false); err != nil {
+	if err := s.lock(ctx, f, false); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
 	s.rbuf, err = readAll(f, s.rbuf)
+	f.Close() // releases the lock before decoding
 	if err != nil {
 		return nil, fmt.Errorf("%s: read: %w", s.path, err)
 	}
@@ -137,14 +248,25 @@ func (s *Store) Read() (*Tree, error) {
 // unchanged, nothing is written either, so watchers see no spurious change.
 // Update returns the tree as it stands after the call and whether it wrote.
 func (s *Store) Update(fn func(*Tree) error) (t *Tree, wrote bool, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return s.UpdateContext(context.Background(), fn)
+}
+
+// UpdateContext is Update, giving up when ctx is done. With fcntl locking
+// the lock is released before the fsync, to hold it as briefly as possible.
+func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tree, wrote bool, err error) {
+	if err := s.acquire(ctx); err != nil {
+		return nil, false, err
+	}
+	defer s.release()
+	if err := s.waitSettled(ctx); err != nil {
+		return nil, false, err
+	}
 	f, err := s.open(os.O_RDWR | os.O_CREATE)
 	if err != nil {
 		return nil, false, err
 	}
 	defer f.Close()
-	if err := lock(f, s.locking, true); err != nil {
+	if err := s.lock(ctx, f, true); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", s.path, err)
 	}
 	s.rbuf, err = readAll(f, s.rbuf)
@@ -162,9 +284,10 @@ func (s *Store) Update(fn func(*Tree) error) (t *Tree, wrote bool, err error) {
 	if bytes.Equal(s.wbuf, s.rbuf) {
 		return t, false, nil
 	}
-	if err := rewrite(f, s.wbuf, len(s.rbuf)); err != nil {
+	if err := rewrite(f, s.wbuf, len(s.rbuf), s.locking == Fcntl); err != nil {
 		return nil, false, &WriteError{Path: s.path, Err: err}
 	}
+	s.remember(f)
 	return t, true, nil
 }
 
@@ -190,7 +313,11 @@ func (e *WriteError) Unwrap() error { return e.Err }
 // reader sees. Where fallocate is not supported, the growth is written
 // beyond the old end first and cut off again if that fails. Overwriting
 // the old bytes then needs no new space.
-func rewrite(f *os.File, img []byte, old int) error {
+//
+// With unlockFirst the file lock is released before the fsync: readers
+// see the whole new image either way, and the lock is held only while the
+// image changes.
+func rewrite(f *os.File, img []byte, old int, unlockFirst bool) error {
 	if len(img) > old {
 		if err := reserve(f, img, old); err != nil {
 			return err
@@ -201,6 +328,11 @@ func rewrite(f *os.File, img []byte, old int) error {
 	}
 	if err := f.Truncate(int64(len(img))); err != nil {
 		return err
+	}
+	if unlockFirst {
+		if err := unlock(f); err != nil {
+			return err
+		}
 	}
 	return f.Sync()
 }
@@ -260,9 +392,55 @@ func readAll(f *os.File, buf []byte) ([]byte, error) {
 	}
 }
 
-// lock takes the file lock, waiting for it; the lock is released when f is
-// closed.
-func lock(f *os.File, locking Locking, exclusive bool) error {
+// lock takes the file lock of f; it is released when f is closed. It
+// tries without waiting first. If the lock is taken and ctx can be
+// cancelled or a wait hook is set, it retries with a back-off from
+// LockRetryMin to LockRetryMax, giving up when ctx is done; otherwise it
+// waits in the kernel, as KVTree does.
+func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
+	err := tryLock(f, s.locking, exclusive, false)
+	if !errors.Is(err, errBusy) {
+		return err
+	}
+	if ctx.Done() == nil && s.onWait == nil {
+		return tryLock(f, s.locking, exclusive, true)
+	}
+	since := time.Now()
+	notified := false
+	defer func() {
+		if notified {
+			s.onWait(time.Time{})
+		}
+	}()
+	delay := LockRetryMin
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the %s lock held by another process since %s: %w",
+				s.locking, since.Format(time.RFC3339), context.Cause(ctx))
+		case <-t.C:
+		}
+		err := tryLock(f, s.locking, exclusive, false)
+		if !errors.Is(err, errBusy) {
+			return err
+		}
+		if !notified && s.onWait != nil && time.Since(since) >= LockWaitNotice {
+			notified = true
+			s.onWait(since)
+		}
+		delay = min(2*delay, LockRetryMax)
+		t.Reset(delay)
+	}
+}
+
+// errBusy is a lock another process holds.
+var errBusy = errors.New("lock held by another process")
+
+// tryLock takes the lock, waiting for it if wait is set; without wait a
+// lock held elsewhere is errBusy.
+func tryLock(f *os.File, locking Locking, exclusive, wait bool) error {
 	fd := int(f.Fd())
 	for {
 		var err error
@@ -271,19 +449,36 @@ func lock(f *os.File, locking Locking, exclusive bool) error {
 			if exclusive {
 				lk.Type = unix.F_WRLCK
 			}
-			err = unix.FcntlFlock(uintptr(fd), unix.F_SETLKW, &lk)
+			cmd := unix.F_SETLK
+			if wait {
+				cmd = unix.F_SETLKW
+			}
+			err = unix.FcntlFlock(uintptr(fd), cmd, &lk)
 		} else {
 			how := unix.LOCK_SH
 			if exclusive {
 				how = unix.LOCK_EX
 			}
+			if !wait {
+				how |= unix.LOCK_NB
+			}
 			err = unix.Flock(fd, how)
 		}
-		if !errors.Is(err, unix.EINTR) {
-			if err != nil {
-				return fmt.Errorf("%s lock: %w", locking, err)
-			}
+		switch {
+		case err == nil:
 			return nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case !wait && (errors.Is(err, unix.EWOULDBLOCK) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES)):
+			return errBusy
+		default:
+			return fmt.Errorf("%s lock: %w", locking, err)
 		}
 	}
+}
+
+// unlock releases an fcntl lock before the file is closed.
+func unlock(f *os.File) error {
+	lk := unix.Flock_t{Type: unix.F_UNLCK, Whence: io.SeekStart}
+	return unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk)
 }

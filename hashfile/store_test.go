@@ -1,16 +1,21 @@
 package hashfile
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -120,6 +125,8 @@ func TestMain(m *testing.M) {
 		os.Exit(runChild())
 	case "fsize":
 		os.Exit(runFsizeChild())
+	case "hold":
+		os.Exit(runHoldChild())
 	}
 	os.Exit(m.Run())
 }
@@ -368,5 +375,139 @@ func checkImage(t *testing.T, path string, want []byte) {
 	}
 	if _, err := Decode(got); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// runHoldChild takes the file's exclusive lock, says "locked" and keeps it
+// until its standard input closes.
+func runHoldChild() int {
+	locking, err := ParseLocking(os.Getenv(childLockEnv))
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	f, err := os.OpenFile(os.Getenv(childPathEnv), os.O_RDWR, 0)
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	if err := tryLock(f, locking, true, true); err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	fmt.Println("locked")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// holdLock makes another process hold the file's exclusive lock until the
+// returned function is called.
+func holdLock(t *testing.T, path string, locking Locking) (release func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=hold", childPathEnv+"="+path, childLockEnv+"="+locking.String())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "locked\n" {
+		t.Fatalf("lock holder: %q", line)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			stdin.Close()
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// TestStoreLockWaitCancellable: while another process holds the lock, an
+// access reports the wait and gives up when its context is cancelled; once
+// the lock is free, the next access goes through.
+func TestStoreLockWaitCancellable(t *testing.T) {
+	for _, locking := range []Locking{Flock, Fcntl} {
+		t.Run(locking.String(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+			if err := os.WriteFile(path, Encode(sampleTree()), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			release := holdLock(t, path, locking)
+			s := NewStore(path, locking)
+			waits := make(chan time.Time, 4)
+			s.OnLockWait(func(since time.Time) { waits <- since })
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			began := time.Now()
+			go func() {
+				_, _, err := s.UpdateContext(ctx, growBy(10))
+				done <- err
+			}()
+			select {
+			case since := <-waits:
+				if since.IsZero() || since.Before(began.Add(-time.Second)) {
+					t.Fatalf("wait reported since %v", since)
+				}
+			case err := <-done:
+				t.Fatalf("update went through a held lock: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("a long lock wait was never reported")
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "held by another process since") {
+					t.Fatalf("cancelled wait: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("a cancelled lock wait did not return")
+			}
+			if end := <-waits; !end.IsZero() {
+				t.Fatalf("end of the wait reported as %v, want the zero time", end)
+			}
+			release()
+			if _, wrote, err := s.UpdateContext(context.Background(), growBy(10)); err != nil || !wrote {
+				t.Fatalf("after release: wrote %v, %v", wrote, err)
+			}
+		})
+	}
+}
+
+// TestStoreSettle: with Settle, an access takes the lock only once the
+// file has gone the settle time without a change the Store did not make.
+func TestStoreSettle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	lib := NewStore(path, Fcntl)
+	d := NewStore(path, Fcntl)
+	const settle = 300 * time.Millisecond
+	d.Settle(settle)
+	for i := range 3 {
+		if _, _, err := lib.Update(growBy(i + 1)); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := d.UpdateContext(context.Background(), func(tr *Tree) error {
+			var st unix.Stat_t
+			if err := unix.Stat(path, &st); err != nil {
+				return err
+			}
+			if age := time.Since(time.Unix(st.Ctim.Unix())); age < settle {
+				t.Errorf("locked %v after a foreign change, want at least %v", age, settle)
+			}
+			tr.SetValue("DAEMON", strconv.Itoa(i))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
