@@ -109,17 +109,54 @@ func Inspect(ctx context.Context, path string) (*Report, error) {
 	return inspect(ctx, osFS{}, path, Options{})
 }
 
-// Options tune InspectWith.
+// Options tune InspectWith, InspectFile and StartCheck.
 type Options struct {
 	// Pace, if set, is called after every piece (at most 1 MiB) that is
 	// read for hashing, so that the caller can keep verification within
 	// its CPU share; an error from it stops the inspection.
 	Pace func(ctx context.Context) error
+	// Root, if set, is where companion files (the other members of a
+	// multi-file SIONlib container, the other volumes of a LIME partition
+	// set) are opened: their paths are taken relative to Root.Name() and
+	// opened beneath it, so that neither ".." nor a symbolic link leads
+	// outside. A companion whose path lies outside Root counts as absent;
+	// one that a symbolic link leads outside is an error naming it. Unset,
+	// companions are opened by path.
+	Root *os.Root
+}
+
+// fsys returns the file system companions are opened in.
+func (o Options) fsys() fileSystem {
+	if o.Root != nil {
+		return rootFS{root: o.Root, dir: filepath.Clean(o.Root.Name())}
+	}
+	return osFS{}
 }
 
 // InspectWith is Inspect with options.
 func InspectWith(ctx context.Context, path string, o Options) (*Report, error) {
-	return inspect(ctx, osFS{}, path, o)
+	return inspect(ctx, o.fsys(), path, o)
+}
+
+// InspectFile is Inspect on a file the caller has opened: f holds size
+// bytes and path names it (for messages, and to locate its companions). It
+// reads f through ReadAt only and does not close it, so that a caller that
+// opened the file with its own confinement rules checks exactly the bytes
+// it will copy.
+func InspectFile(ctx context.Context, f io.ReaderAt, size int64, path string, o Options) (*Report, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return inspectSource(&source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path}, o.fsys())
+}
+
+// readerOf returns f as the source's reader; an *os.File keeps the mapped
+// fast path.
+func readerOf(f io.ReaderAt, size int64) io.ReaderAt {
+	if of, ok := f.(*os.File); ok {
+		return osFile{File: of, n: size}
+	}
+	return f
 }
 
 func inspect(ctx context.Context, fsys fileSystem, path string, o Options) (*Report, error) {
@@ -131,7 +168,12 @@ func inspect(ctx context.Context, fsys fileSystem, path string, o Options) (*Rep
 		return nil, err
 	}
 	defer f.Close()
-	s := &source{ctx: ctx, pace: o.Pace, r: f, size: f.size(), path: path}
+	return inspectSource(&source{ctx: ctx, pace: o.Pace, r: f, size: f.size(), path: path}, fsys)
+}
+
+// inspectSource identifies and validates the open file s.
+func inspectSource(s *source, fsys fileSystem) (*Report, error) {
+	path := s.path
 	kind, err := detect(s)
 	if err != nil {
 		return nil, err
@@ -254,6 +296,60 @@ func (osFS) open(path string) (file, error) {
 
 func (osFS) readDir(dir string) ([]string, error) {
 	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+// rootFS opens files beneath an os.Root: the kernel is asked for each
+// component in turn without following symbolic links, and a link is
+// followed only while it stays inside the root (os.Root's rules), so a
+// companion's path cannot lead outside the directory the caller confines
+// its sources to.
+type rootFS struct {
+	root *os.Root
+	dir  string // root.Name(), cleaned
+}
+
+// rel returns path relative to the root, or an error wrapping
+// fs.ErrNotExist when it lies outside: a companion out of reach is absent.
+func (r rootFS) rel(op, path string) (string, error) {
+	rel, err := filepath.Rel(r.dir, absPath(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+		return "", &fs.PathError{Op: op, Path: path, Err: fmt.Errorf("outside %s: %w", r.dir, fs.ErrNotExist)}
+	}
+	return rel, nil
+}
+
+func (r rootFS) open(path string) (file, error) {
+	rel, err := r.rel("open", path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := r.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, &fs.PathError{Op: "open", Path: path, Err: errNotRegular}
+	}
+	return osFile{File: f, n: st.Size()}, nil
+}
+
+func (r rootFS) readDir(dir string) ([]string, error) {
+	rel, err := r.rel("readdir", dir)
+	if err != nil {
+		return nil, err
+	}
+	f, err := r.root.Open(rel)
 	if err != nil {
 		return nil, err
 	}

@@ -104,6 +104,18 @@ type ftiProbe struct {
 // off by the end of the file (a truncated one) whose ckptSize says the file
 // should end exactly where the meta ends.
 func probeFTIFF(s *source) (ftiProbe, error) {
+	if s.fti != nil {
+		return *s.fti, nil
+	}
+	p, err := probeFTIFFTail(s)
+	if err == nil {
+		s.fti = &p
+	}
+	return p, err
+}
+
+// probeFTIFFTail is probeFTIFF without the cache.
+func probeFTIFFTail(s *source) (ftiProbe, error) {
 	var p ftiProbe
 	win := min(s.size, ftiScanWindow+ftiMetaSize)
 	if win < ftiChecksumLen+1 {

@@ -20,6 +20,11 @@ type source struct {
 	size int64
 	path string
 	buf  []byte
+	// feed, when set, supplies the data that stream hands out: the bytes
+	// of this file as the caller copies them, so they are read only once.
+	feed *feed
+	// fti caches probeFTIFF's answer: detection and validation both ask.
+	fti *ftiProbe
 }
 
 // fail returns a FormatError about this file.
@@ -61,6 +66,14 @@ const (
 // streamBufSize bytes. It checks for cancellation before every piece. fn
 // must not keep the slice.
 func (s *source) stream(off, n int64, fn func([]byte) error) error {
+	if s.feed != nil {
+		return s.feed.stream(s, off, n, fn)
+	}
+	return s.streamDirect(off, n, fn)
+}
+
+// streamDirect is stream from the file itself.
+func (s *source) streamDirect(off, n int64, fn func([]byte) error) error {
 	if f, ok := s.r.(osFile); ok && n >= mmapMin {
 		return s.streamMapped(f.File, off, n, fn)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/scr-transferd/scr-transferd/cache"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/filewatch"
@@ -369,15 +368,11 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
 	fj.SrcRoot, _ = confinedRoot(f.Src, d.cfg.AllowSrc)
 	fj.DstRoot, _ = confinedRoot(f.Dest, d.cfg.AllowDest)
 	if d.cfg.Verify.before() {
-		rep, err := cache.InspectWith(ctx, f.Src, cache.Options{Pace: d.throttle.PaceCPU})
-		if err != nil {
-			return flush.Result{}, fmt.Errorf("checking the checkpoint: %w", err)
+		root := fj.SrcRoot
+		if root == "" {
+			root = "/"
 		}
-		if rep.Kind == cache.SION {
-			for _, r := range rep.Ranges {
-				fj.Ranges = append(fj.Ranges, flush.Range{Off: r.Off, Len: r.Len})
-			}
-		}
+		fj.Verify = &checkpointVerifier{path: f.Src, root: root, pace: d.throttle.PaceCPU}
 	}
 	// The final commit records WRITTEN = SIZE, the CRC and the end of any
 	// ERROR in one update, so that no crash can leave a complete file

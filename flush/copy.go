@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -86,6 +87,11 @@ type Job struct {
 	// as zeros. Nil means the whole file, with holes found by
 	// SEEK_DATA/SEEK_HOLE; an empty non-nil slice means the file is all hole.
 	Ranges []Range
+	// Verify, when set, checks the source's content on the descriptor the
+	// copy opened, as the bytes are copied; the copy is published only on
+	// its sound verdict. Ranges it returns replace the job's. On a resume
+	// the source's prefix is read again to show it every byte.
+	Verify Verifier
 }
 
 // Result reports how far a copy got. It is meaningful even when Copy returns
@@ -191,6 +197,8 @@ type run struct {
 	base, tmpName    string // final components of dst and tmpPath, in dir
 	src, tmp, dir    int    // file descriptors (dir: dst's directory), -1 when closed
 	srcStat          unix.Stat_t
+	srcFile          *os.File  // a duplicate of src handed to job.Verify, nil if none
+	check            Check     // job.Verify's check of this copy, nil if none
 	seg              segmenter // over the source
 
 	pos      int64 // data before pos is written to the partial copy
@@ -237,6 +245,9 @@ func (r *run) do() error {
 	}
 	if err := r.openSource(); err != nil {
 		return err
+	}
+	if err := r.startCheck(); err != nil {
+		return r.interrupted(err, nil)
 	}
 	if err := r.openTemp(); err != nil {
 		return r.interrupted(err, nil)
@@ -290,6 +301,41 @@ func (r *run) openSource() error {
 		return osErr(r.srcName, "cannot set blocking mode", err)
 	}
 	return nil
+}
+
+// startCheck hands the open source to job.Verify.
+func (r *run) startCheck() error {
+	if r.job.Verify == nil {
+		return nil
+	}
+	dup, err := unix.FcntlInt(uintptr(r.src), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return osErr(r.srcName, "cannot duplicate the descriptor", err)
+	}
+	r.srcFile = os.NewFile(uintptr(dup), r.job.Src)
+	chk, rs, err := r.job.Verify.Start(r.ctx, r.srcFile, r.job.Size)
+	if err != nil {
+		return err
+	}
+	r.check = chk
+	if rs != nil {
+		rs, err := normalizeRanges(r.c.ranges, rs, r.job.Size)
+		r.c.ranges = rs[:0]
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.srcName, err)
+		}
+		r.seg.explicit, r.seg.ranges, r.seg.i = true, rs, 0
+	}
+	return nil
+}
+
+// refuse returns the verdict err of job.Verify on a corrupt source after
+// removing the partial copy; the end of the context is returned as is.
+func (r *run) refuse(err error) error {
+	if r.isCtxErr(err) {
+		return err
+	}
+	return fmt.Errorf("%w%s", err, r.discardTemp())
 }
 
 // openTemp resumes the partial copy at job.Written or starts a new one.
@@ -365,10 +411,13 @@ func (r *run) resume() (ok bool, why string, err error) {
 	r.res.Written = w
 	// The CRC of the prefix: from the source when the copy is to be verified
 	// against it, else from the partial copy itself.
-	if r.c.o.VerifyAfter {
-		r.crc, err = r.crcOf(r.src, &r.seg, w, r.srcName)
+	if r.c.o.VerifyAfter || r.check != nil {
+		r.crc, err = r.crcOf(r.src, &r.seg, w, r.srcName, r.check)
 	} else {
-		r.crc, err = r.crcOf(fd, &segmenter{fd: fd}, w, r.dstName+": partial copy "+r.tmpPath)
+		r.crc, err = r.crcOf(fd, &segmenter{fd: fd}, w, r.dstName+": partial copy "+r.tmpPath, nil)
+	}
+	if rf := (*refusal)(nil); errors.As(err, &rf) {
+		return false, "", r.refuse(rf.err)
 	}
 	if err != nil {
 		return false, "", err
@@ -428,6 +477,11 @@ func (r *run) copyData() error {
 			}
 			if err := pwriteFull(r.tmp, buf[:n], off); err != nil {
 				return osErr(r.dstName, "cannot write partial copy "+r.tmpPath, err)
+			}
+			if r.check != nil {
+				if err := r.check.Feed(off, buf[:n]); err != nil {
+					return r.refuse(err)
+				}
 			}
 			r.crc = crc32.Update(crcZeros(r.crc, off-r.crcPos), crc32.IEEETable, buf[:n])
 			off += int64(n)
@@ -555,10 +609,16 @@ func (r *run) finish() error {
 	if st.Mtim != r.srcStat.Mtim {
 		return r.sourceChanged("it was modified while being copied")
 	}
+	if r.check != nil {
+		// Publishing waits for the verdict on the bytes copied.
+		if err := r.check.Verdict(); err != nil {
+			return r.refuse(err)
+		}
+	}
 	if r.c.o.VerifyAfter {
 		// Drop the cached pages so the check reads what storage holds.
 		_ = unix.Fadvise(r.tmp, 0, 0, unix.FADV_DONTNEED)
-		got, err := r.crcOf(r.tmp, &segmenter{fd: r.tmp}, size, r.dstName+": partial copy "+r.tmpPath)
+		got, err := r.crcOf(r.tmp, &segmenter{fd: r.tmp}, size, r.dstName+": partial copy "+r.tmpPath, nil)
 		if err != nil {
 			return err
 		}
@@ -619,7 +679,10 @@ func (r *run) forget() {
 
 // crcOf returns the CRC32 of [0,limit) of fd, reading only the data ranges
 // seg yields. who names the file in errors.
-func (r *run) crcOf(fd int, seg *segmenter, limit int64, who string) (uint32, error) {
+//
+// When check is set, every piece read is fed to it as well; its refusal is
+// returned as a *refusal.
+func (r *run) crcOf(fd int, seg *segmenter, limit int64, who string, check Check) (uint32, error) {
 	buf, t, tm := r.c.buf, r.c.t, r.c.timer
 	var crc uint32
 	var at int64 // crc covers [0,at)
@@ -644,6 +707,14 @@ func (r *run) crcOf(fd int, seg *segmenter, limit int64, who string) (uint32, er
 			if got < n {
 				return 0, fmt.Errorf("%s: %w: it ended at byte %d, %d expected", who, ErrSourceChanged, at+int64(got), limit)
 			}
+			if check != nil {
+				if err := check.Feed(at, buf[:n]); err != nil {
+					if r.isCtxErr(err) {
+						return 0, err
+					}
+					return 0, &refusal{err}
+				}
+			}
 			crc, at = crc32.Update(crc, crc32.IEEETable, buf[:n]), at+int64(n)
 			if err := t.governCPU(r.ctx, tm); err != nil {
 				return 0, err
@@ -667,6 +738,14 @@ func (r *run) closeTemp() error {
 // copy is reported: on some file systems it is where write errors surface.
 func (r *run) closeFiles() error {
 	var err error
+	if r.check != nil {
+		r.check.Close()
+		r.check = nil
+	}
+	if r.srcFile != nil {
+		_ = r.srcFile.Close()
+		r.srcFile = nil
+	}
 	if r.tmp >= 0 {
 		if cerr := r.closeTemp(); cerr != nil {
 			err = osErr(r.dstName, "cannot close partial copy "+r.tmpPath, cerr)

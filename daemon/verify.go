@@ -1,0 +1,90 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/scr-transferd/scr-transferd/cache"
+	"github.com/scr-transferd/scr-transferd/flush"
+)
+
+// checkpointVerifier is the flush.Verifier of --verify=before: cache checks
+// the checkpoint on the descriptor the copy opened beneath --allow-src, its
+// structure before the copy and its hashes as the bytes stream through the
+// copy. Companion files (the other members of a SIONlib set, the other
+// volumes of a LIME partition set) are opened beneath the same prefix
+// through an os.Root, which walks each component without following a
+// symbolic link out of it: the standard library's confined open, so no
+// path resolution of our own is needed for them.
+type checkpointVerifier struct {
+	path string                      // the source, for messages and companions
+	root string                      // the confining --allow-src prefix, "/" when none
+	pace func(context.Context) error // the throttle's pacing of reads the copy does not do
+	rep  *cache.Report               // the verdict on a sound file, once known
+}
+
+// Start implements flush.Verifier.
+func (v *checkpointVerifier) Start(ctx context.Context, src *os.File, size int64) (flush.Check, []flush.Range, error) {
+	return v.start(ctx, src, size)
+}
+
+// start is Start on any reader of the source.
+func (v *checkpointVerifier) start(ctx context.Context, src io.ReaderAt, size int64) (flush.Check, []flush.Range, error) {
+	root, err := os.OpenRoot(v.root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checking the checkpoint: confining directory: %w", err)
+	}
+	c := cache.StartCheck(ctx, src, size, v.path, cache.Options{Pace: v.pace, Root: root})
+	chk := &streamCheck{v: v, c: c, root: root}
+	rep, err, done := c.Early()
+	if !done {
+		return chk, nil, nil
+	}
+	chk.Close()
+	if err != nil {
+		return nil, nil, checkError(err)
+	}
+	v.rep = rep
+	if rep.Kind != cache.SION {
+		return nil, nil, nil
+	}
+	// A SIONlib container is copied as its data ranges, holes elsewhere.
+	rs := make([]flush.Range, 0, len(rep.Ranges))
+	for _, r := range rep.Ranges {
+		rs = append(rs, flush.Range{Off: r.Off, Len: r.Len})
+	}
+	return nil, rs, nil
+}
+
+// checkError names the verification in an error.
+func checkError(err error) error { return fmt.Errorf("checking the checkpoint: %w", err) }
+
+// streamCheck adapts a cache.Check to flush.Check.
+type streamCheck struct {
+	v    *checkpointVerifier
+	c    *cache.Check
+	root *os.Root
+}
+
+func (s *streamCheck) Feed(off int64, p []byte) error {
+	if err := s.c.Feed(off, p); err != nil {
+		return checkError(err)
+	}
+	return nil
+}
+
+func (s *streamCheck) Verdict() error {
+	rep, err := s.c.Wait()
+	if err != nil {
+		return checkError(err)
+	}
+	s.v.rep = rep
+	return nil
+}
+
+func (s *streamCheck) Close() {
+	s.c.Close()
+	_ = s.root.Close()
+}
