@@ -21,6 +21,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/version"
 )
 
 // Exit statuses, documented in the README.
@@ -90,6 +92,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func runEnv(e *env, args []string) int {
 	cmds := commands()
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version" || args[0] == "version") {
+		fmt.Fprintln(e.stdout, "scr-ctl", version.Get())
+		return exitOK
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		out := e.stdout
 		if len(args) == 0 {
@@ -134,7 +140,7 @@ func printUsage(w io.Writer, cmds map[string]command) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-8s %s\n", n, cmds[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'scr-ctl COMMAND --help' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'scr-ctl COMMAND --help' for a command's flags, 'scr-ctl --version' for the version.")
 	fmt.Fprintln(w, "Exit status: 0 success, 1 the answer is no (an error, a corrupt file, a timeout), 2 wrong command line.")
 }
 

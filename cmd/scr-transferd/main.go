@@ -29,6 +29,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/units"
+	"github.com/scr-transferd/scr-transferd/internal/version"
 )
 
 func main() {
@@ -43,6 +44,7 @@ type options struct {
 	nice      int
 	ioIdle    bool
 	metrics   string
+	version   bool // --version: print the version and exit
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -88,8 +90,12 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.nice, "nice", 0, "add this to the process's nice value (0-19)")
 	fs.BoolVar(&o.ioIdle, "io-idle", false, "use the idle I/O scheduling class (ioprio)")
 	fs.StringVar(&o.metrics, "metrics-file", "", "write Prometheus metrics to this file (node_exporter textfile collector, *.prom), replaced atomically")
+	fs.BoolVar(&o.version, "version", false, "print the version (module version and VCS revision) and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.version {
+		return o, nil
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
@@ -117,6 +123,11 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "scr-transferd: %v\n", err)
 		return 2
 	}
+	vi := version.Get()
+	if o.version {
+		fmt.Fprintln(os.Stdout, "scr-transferd", vi)
+		return 0
+	}
 	log, err := newLogger(o.logFormat, o.logLevel, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "scr-transferd: %v\n", err)
@@ -124,6 +135,8 @@ func run(args []string, stderr io.Writer) int {
 	}
 	defer func() { _ = log.Sync() }()
 	o.cfg.Log = log
+	log.Info("scr-transferd starting", zap.String("version", vi.Version), zap.String("revision", vi.Revision),
+		zap.Bool("modified", vi.Modified), zap.String("go", vi.GoVersion), zap.Int("pid", os.Getpid()))
 	if err := lowerPriority(o.nice, o.ioIdle); err != nil {
 		log.Warn("cannot lower priority", zap.Error(err))
 	}
