@@ -285,7 +285,7 @@ func (d *daemon) recordProblems(t *hashfile.Tree, v transfer.View) {
 		if f.Problem == nil {
 			continue
 		}
-		msg := "refused FILES entry: " + f.Problem.Error()
+		msg := transfer.Refused(f.Problem)
 		// The recorded ERROR is the folded form: compare with that, or a
 		// message with a double space, a tab or a line break would differ
 		// from it on every pass, and be logged and written again each time.

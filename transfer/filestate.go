@@ -1,6 +1,9 @@
 package transfer
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // FileState is where one FILES entry stands. It is the one notion of a
 // file's state: the daemon, scr-ctl status and wait, and the metrics all
@@ -24,12 +27,21 @@ const (
 	StateInvalid
 )
 
-// State returns the state of f. An invalid entry is invalid whatever else
-// it holds; an ERROR outranks WRITTEN = SIZE, so that a file is reported
-// complete only when nothing says otherwise.
+// RefusedPrefix starts the ERROR the daemon records for an entry it
+// refuses (see Refused).
+const RefusedPrefix = "refused FILES entry: "
+
+// Refused returns the ERROR the daemon records for an entry it will not
+// copy as it stands, problem saying why.
+func Refused(problem error) string { return RefusedPrefix + problem.Error() }
+
+// State returns the state of f. An invalid entry (malformed, or refused
+// by the daemon with a Refused ERROR) is invalid whatever else it holds;
+// an ERROR outranks WRITTEN = SIZE, so that a file is reported complete
+// only when nothing says otherwise.
 func (f File) State() FileState {
 	switch {
-	case f.Problem != nil:
+	case f.Problem != nil, strings.HasPrefix(f.Error, RefusedPrefix):
 		return StateInvalid
 	case f.Error != "":
 		return StateError

@@ -21,6 +21,7 @@ func TestFileState(t *testing.T) {
 		{"error while pending", File{Size: 10, Written: 4, Error: "ENOENT"}, StateError},
 		{"error outranks written = size", File{Size: 10, Written: 10, Error: "destination changed"}, StateError},
 		{"malformed entry", File{Size: 10, Problem: bad}, StateInvalid},
+		{"refused by the daemon", File{Size: 10, Error: Refused(errors.New("source outside the allowed prefixes"))}, StateInvalid},
 		{"malformed outranks error", File{Size: 10, Written: 10, Error: "refused", Problem: bad}, StateInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -25,7 +25,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{nil, exitUsage, "usage: scr-ctl COMMAND"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"wait"}, exitUsage, "want exactly one TRANSFERFILE"},
-		{[]string{"wait", "--timeout=-1s", tf}, exitUsage, "--timeout must not be negative"},
+		{[]string{"wait", "--timeout=-1s", tf}, exitUsage, "--timeout -1s: must not be negative"},
 		{[]string{"run", "--timeout=1s", tf}, exitUsage, "--timeout only applies with --wait"},
 		{[]string{"status", "--bogus", tf}, exitUsage, "flag provided but not defined: -bogus"},
 		{[]string{"set", tf, "speed", "3"}, exitUsage, `unknown setting "speed"`},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -9,22 +10,43 @@ import (
 	"strings"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/instance"
 	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-const helpControl = `
-Writes COMMAND into the transfer file under the same lock as the SCR
-library; run also removes FLAG DONE, as the library does when it starts a
-flush. The file is created if it does not exist.
+const helpRun = `
+Writes COMMAND RUN into the transfer file under the same lock as the SCR
+library, and removes FLAG DONE, as the library does when it starts a
+flush. The daemon then copies every file not yet complete.
+` + helpControlCommon
+
+const helpStop = `
+Writes COMMAND STOP into the transfer file under the same lock as the SCR
+library: the daemon finishes the commit under way, keeps what it copied,
+and stays idle until the next RUN.
+` + helpControlCommon
+
+const helpExit = `
+Writes COMMAND EXIT into the transfer file under the same lock as the SCR
+library: the daemon stops copying, records STATE EXITING and exits. With
+--wait the command also waits until the daemon's process has released its
+instance lock (where it takes one), so the daemon is gone when it returns.
+` + helpControlCommon
+
+const helpControlCommon = `
+The transfer file must exist (a mistyped path is an error, not a new
+file): --create makes it if it does not.
 
 With --wait the command returns once the daemon has answered: STATE RUNNING
 (or FLAG DONE, a flush that is already complete) for run, STATE STOPPED for
 stop, STATE EXITING for exit. To be sure the answer comes from a live daemon
 and not from a STATE left in the file by an earlier one, --wait also removes
 STATE; a running daemon records its state again at once (the protocol asks
-it to whenever the key is missing). Without a daemon, --wait runs into its
---timeout (exit status 1).`
+it to whenever the key is missing). When no daemon serves the file for
+--grace (none holds its instance lock, or, without a lock file, no STATE
+is recorded again), --wait fails at once with exit status 1 and says so;
+see scr-ctl wait --help.`
 
 const helpAdd = `
 Adds (or resets) FILES/SRC with DESTINATION DEST, SIZE and WRITTEN 0, as the
@@ -47,6 +69,8 @@ func controlCmd(name string) func(*env, []string) error {
 		fs := newFlags(name)
 		wait := fs.Bool("wait", false, "wait until the daemon has answered (see above)")
 		timeout := fs.Duration("timeout", 0, "with --wait, give up after this long (0: wait for ever)")
+		grace := fs.Duration("grace", defaultGrace, "with --wait, fail when no daemon has served the file for this long")
+		create := fs.Bool("create", false, "create the transfer file if it does not exist")
 		poll := fs.Duration("poll", defaultPoll, "with --wait, check the file's metadata this often besides inotify")
 		locking := lockingFlag(fs)
 		pos, err := parseFlags(e, fs, args)
@@ -56,8 +80,8 @@ func controlCmd(name string) func(*env, []string) error {
 		if err := wantArgs(pos, 1, "exactly one TRANSFERFILE"); err != nil {
 			return err
 		}
-		if *timeout < 0 || *poll <= 0 {
-			return usageError{"--timeout must not be negative and --poll must be positive"}
+		if err := checkDurations(*timeout, *grace, *poll); err != nil {
+			return err
 		}
 		if *timeout > 0 && !*wait {
 			return usageError{"--timeout only applies with --wait"}
@@ -65,6 +89,15 @@ func controlCmd(name string) func(*env, []string) error {
 		store, err := openStore(pos[0], *locking)
 		if err != nil {
 			return err
+		}
+		if !*create {
+			// The library's lock file may exist without the transfer
+			// file; only the transfer file itself says it is in use.
+			if _, err := os.Stat(store.Path()); errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("%s: no such transfer file (check the path; --create makes a new one)", store.Path())
+			} else if err != nil {
+				return err
+			}
 		}
 		cmd := map[string]transfer.Command{"run": transfer.Run, "stop": transfer.Stop, "exit": transfer.Exit}[name]
 		if _, _, err := store.Update(func(t *hashfile.Tree) error {
@@ -83,17 +116,29 @@ func controlCmd(name string) func(*env, []string) error {
 		ctx, cancel := withTimeout(e.ctx, *timeout)
 		defer cancel()
 		var reached string
-		err = watchView(ctx, store, *poll, *timeout, func(v transfer.View) (bool, error) {
+		live := &liveCheck{path: store.Path(), grace: *grace, now: e.now}
+		err = watchViewEvery(ctx, store, *poll, *timeout, recheck(*grace), func(v transfer.View) (bool, error) {
 			switch {
 			case v.Command != cmd:
 				return false, fmt.Errorf("%s: COMMAND is now %s: another writer changed it while waiting for STATE %s",
 					store.Path(), commandText(v), want)
+			case cmd == transfer.Exit && v.State == want:
+				// Answered; now wait for the process to let go of its lock.
+				_, held, err := instance.Holder(store.Path())
+				if err != nil {
+					return false, err
+				}
+				reached = "STATE EXITING, and the daemon has exited"
+				return !held, nil
 			case v.State == want:
 				reached = "STATE " + string(want)
 				return true, nil
 			case cmd == transfer.Run && v.Done:
 				reached = "FLAG DONE (the flush is complete)"
 				return true, nil
+			}
+			if err := live.check(v); err != nil {
+				return false, fmt.Errorf("%w (STATE %s not recorded: %s)", err, want, stateText(v))
 			}
 			return false, nil
 		}, func(v transfer.View) string {

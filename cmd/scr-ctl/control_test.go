@@ -63,7 +63,7 @@ func TestControlDrivesTheDaemon(t *testing.T) {
 	wantCode(t, ctl(t, "run", tf), 0, "run")
 	r = ctl(t, "wait", tf, "--timeout", "60s") // flags after the file work too
 	wantCode(t, r, 0, "wait")
-	wantIn(t, r.stdout, "flush complete: 2 of 2 files complete", "wait")
+	wantIn(t, r.stdout, "flush complete: 2 files, 3.50 MiB (3670016 bytes); waited ", "wait")
 	sameFile(t, src1, dst1)
 	sameFile(t, src2, dst2)
 
@@ -91,7 +91,7 @@ func TestWaitNamesTheFileInError(t *testing.T) {
 	startDaemon(t, tf)
 	wantCode(t, ctl(t, "add", "--size=4096", tf, missing, filepath.Join(dir, "pfs", "gone.ckpt")), 0, "add --size")
 	wantCode(t, ctl(t, "run", tf), 0, "run")
-	r := ctl(t, "wait", "--timeout=30s", tf)
+	r := ctl(t, "wait", "--fail-on-error", "--timeout=30s", tf)
 	wantCode(t, r, 1, "wait on a file in error")
 	wantIn(t, r.stderr, missing, "wait names the file")
 	wantIn(t, r.stderr, "ERROR", "wait gives the error")

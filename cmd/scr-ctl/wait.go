@@ -3,28 +3,80 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/scr-transferd/scr-transferd/internal/units"
+	"github.com/scr-transferd/scr-transferd/status"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
 const helpWait = `
-Blocks until one of:
-  - the flush is complete: FLAG DONE is set and every file has
-    WRITTEN >= SIZE, or no flush is asked for (no COMMAND RUN) and no file
-    has bytes left (exit status 0);
-  - a file has an ERROR recorded by the daemon, or a FILES entry is malformed
-    (exit status 1; the message names each such file and its error);
-  - --timeout has passed (exit status 1; the message says so and how far
-    the flush got).
+Blocks until the flush is complete, and says so in one line: files,
+bytes, how long it waited and the average rate over that time. Complete
+means FLAG DONE is set and every file is complete, or no flush is asked for
+(no COMMAND RUN) and no file has bytes left (exit status 0).
+
+A file in ERROR is one the daemon retries with back-off (the parallel file
+system may be back in a moment): wait reports it on stderr, and again
+whenever its ERROR changes or clears, and keeps waiting. It ends with exit
+status 1 instead:
+  - with --fail-on-error, at the first file in ERROR;
+  - when the daemon gives up on a file: an entry that is malformed or that
+    the daemon refused ("refused FILES entry"), which it will not copy
+    until the library rewrites it;
+  - when no daemon serves the file for --grace: none holds the daemon's
+    instance lock (".<name>.lock" beside the transfer file), or it recorded
+    STATE EXITING. Where no lock file exists (a daemon that does not take
+    one), no STATE or STATE EXITING means no daemon. A daemon started or
+    restarted within --grace is waited for;
+  - when --timeout has passed (the message says how far the flush got).
 The transfer file must exist. It is watched with inotify, and its metadata
 polled every --poll for file systems where inotify misses other nodes'
 writes.`
 
+// liveCheck turns status.Probe into an error once no daemon has served
+// the transfer file for grace.
+type liveCheck struct {
+	path  string
+	grace time.Duration
+	now   func() time.Time
+	since time.Time // when the daemon was first found missing; zero while served
+}
+
+// check probes the daemon with the reading v; it returns an error once no
+// daemon has served the file for the whole grace period.
+func (l *liveCheck) check(v transfer.View) error {
+	lv, err := status.Probe(l.path, v)
+	if err != nil {
+		return err
+	}
+	if lv.Serving {
+		l.since = time.Time{}
+		return nil
+	}
+	now := l.now()
+	if l.since.IsZero() {
+		l.since = now
+	}
+	if now.Sub(l.since) < l.grace {
+		return nil
+	}
+	return fmt.Errorf("no daemon serves %s: %s", l.path, lv.Reason)
+}
+
+// recheck is how often a waiting command probes the daemon when the file
+// does not change: often enough to notice a death within the grace.
+func recheck(grace time.Duration) time.Duration {
+	return min(max(grace/4, 50*time.Millisecond), time.Second)
+}
+
 func cmdWait(e *env, args []string) error {
 	fs := newFlags("wait")
 	timeout := fs.Duration("timeout", 0, "give up after this long (0: wait for ever)")
+	grace := fs.Duration("grace", defaultGrace, "fail when no daemon has served the file for this long")
+	failOnError := fs.Bool("fail-on-error", false, "fail at the first file in ERROR instead of waiting for the daemon's retries")
 	poll := fs.Duration("poll", defaultPoll, "check the file's metadata this often besides inotify")
-	quiet := fs.Bool("quiet", false, "print nothing on success")
+	quiet := fs.Bool("quiet", false, "print nothing on success (errors still go to stderr)")
 	locking := lockingFlag(fs)
 	pos, err := parseFlags(e, fs, args)
 	if err != nil {
@@ -33,8 +85,8 @@ func cmdWait(e *env, args []string) error {
 	if err := wantArgs(pos, 1, "exactly one TRANSFERFILE"); err != nil {
 		return err
 	}
-	if *timeout < 0 || *poll <= 0 {
-		return usageError{"--timeout must not be negative and --poll must be positive"}
+	if err := checkDurations(*timeout, *grace, *poll); err != nil {
+		return err
 	}
 	store, err := openStore(pos[0], *locking)
 	if err != nil {
@@ -42,13 +94,31 @@ func cmdWait(e *env, args []string) error {
 	}
 	ctx, cancel := withTimeout(e.ctx, *timeout)
 	defer cancel()
-	var final transfer.View
-	err = watchView(ctx, store, *poll, *timeout, func(v transfer.View) (bool, error) {
-		if err := filesInError(store.Path(), v); err != nil {
-			return false, err
+	live := &liveCheck{path: store.Path(), grace: *grace, now: e.now}
+	reported := map[string]string{} // source -> ERROR last reported
+	start := e.now()
+	var first, final transfer.View
+	read := 0
+	err = watchViewEvery(ctx, store, *poll, *timeout, recheck(*grace), func(v transfer.View) (bool, error) {
+		if read++; read == 1 {
+			first = v
 		}
 		final = v
-		return !v.HasPending() && (v.Done || v.Command != transfer.Run), nil
+		n := v.Count()
+		if n[transfer.StateInvalid] > 0 {
+			return false, filesInError(store.Path(), v, "the daemon will not copy them as they stand")
+		}
+		if n[transfer.StateError] > 0 && *failOnError {
+			return false, filesInError(store.Path(), v, "--fail-on-error")
+		}
+		reportErrors(e, store.Path(), v, reported)
+		if n[transfer.StatePending] == 0 && n[transfer.StateError] == 0 && (v.Done || v.Command != transfer.Run) {
+			return true, nil
+		}
+		if err := live.check(v); err != nil {
+			return false, fmt.Errorf("%w; the flush is not complete: %s", err, progressText(v))
+		}
+		return false, nil
 	}, func(v transfer.View) string {
 		return fmt.Sprintf("the flush of %s is not complete: %s", store.Path(), progressText(v))
 	})
@@ -56,37 +126,69 @@ func cmdWait(e *env, args []string) error {
 		return err
 	}
 	if !*quiet {
-		fmt.Fprintf(e.stdout, "%s: flush complete: %s\n", store.Path(), progressText(final))
+		fmt.Fprintf(e.stdout, "%s: flush complete: %s\n", store.Path(), summaryText(first, final, e.now().Sub(start)))
 	}
 	return nil
 }
 
-// filesInError returns an error naming every file of v with an ERROR or a
-// malformed entry, nil if there is none.
-func filesInError(path string, v transfer.View) error {
+// reportErrors writes to stderr each file whose ERROR appeared, changed or
+// cleared since the last call, remembering what it wrote in reported.
+func reportErrors(e *env, path string, v transfer.View, reported map[string]string) {
+	seen := make(map[string]bool, len(reported))
+	for _, f := range v.Files {
+		msg := ""
+		if f.State() == transfer.StateError {
+			msg = f.Error
+		}
+		seen[f.Src] = true
+		if msg == reported[f.Src] {
+			continue
+		}
+		if msg == "" {
+			fmt.Fprintf(e.stderr, "scr-ctl wait: %s: %s: no longer in error\n", path, f.Src)
+			delete(reported, f.Src)
+			continue
+		}
+		fmt.Fprintf(e.stderr, "scr-ctl wait: %s: %s -> %s: ERROR %s (the daemon retries it; still waiting)\n", path, f.Src, f.Dest, msg)
+		reported[f.Src] = msg
+	}
+	for src := range reported {
+		if !seen[src] {
+			delete(reported, src)
+		}
+	}
+}
+
+// filesInError returns an error naming every file of v in error or
+// invalid, and why that ends the wait.
+func filesInError(path string, v transfer.View, why string) error {
 	var msgs []string
 	for _, f := range v.Files {
 		switch f.State() {
 		case transfer.StateError:
 			msgs = append(msgs, fmt.Sprintf("%s -> %s: ERROR %s", f.Src, f.Dest, f.Error))
 		case transfer.StateInvalid:
-			msgs = append(msgs, fmt.Sprintf("%s: malformed FILES entry: %v", f.Src, f.Problem))
+			if f.Problem != nil {
+				msgs = append(msgs, fmt.Sprintf("%s: malformed FILES entry: %v", f.Src, f.Problem))
+			} else {
+				msgs = append(msgs, fmt.Sprintf("%s: %s", f.Src, f.Error))
+			}
 		}
 	}
-	switch len(msgs) {
-	case 0:
-		return nil
-	case 1:
-		return fmt.Errorf("%s: %s", path, msgs[0])
+	if len(msgs) == 1 {
+		return fmt.Errorf("%s: %s (%s)", path, msgs[0], why)
 	}
-	return fmt.Errorf("%s: %d files in error:\n  %s", path, len(msgs), strings.Join(msgs, "\n  "))
+	return fmt.Errorf("%s: %d files in error (%s):\n  %s", path, len(msgs), why, strings.Join(msgs, "\n  "))
 }
 
 // progressText says how far a flush got.
 func progressText(v transfer.View) string {
 	size, written := v.Totals()
-	complete := v.Count()[transfer.StateComplete]
-	s := fmt.Sprintf("%d of %d files complete, %d of %d bytes written", complete, len(v.Files), written, size)
+	n := v.Count()
+	s := fmt.Sprintf("%d of %d files complete, %d of %d bytes written", n[transfer.StateComplete], len(v.Files), written, size)
+	if k := n[transfer.StateError] + n[transfer.StateInvalid]; k > 0 {
+		s += fmt.Sprintf(", %d in error", k)
+	}
 	if v.Done {
 		s += ", FLAG DONE"
 	}
@@ -94,6 +196,28 @@ func progressText(v transfer.View) string {
 		s += ", STATE " + string(v.State)
 	} else {
 		s += ", no STATE recorded"
+	}
+	return s
+}
+
+// summaryText is wait's closing line: the flush's files and bytes, then
+// how long the wait took and the average rate of the bytes written
+// meanwhile.
+func summaryText(first, final transfer.View, elapsed time.Duration) string {
+	size, written := final.Totals()
+	_, before := first.Totals()
+	s := fmt.Sprintf("%d files, %s (%d bytes)", len(final.Files), units.IEC(float64(size)), size)
+	copied := max(written-before, 0)
+	took := formatDuration(elapsed)
+	if elapsed < 10*time.Second {
+		took = fmt.Sprintf("%.1fs", elapsed.Seconds())
+	}
+	s += "; waited " + took
+	if copied > 0 {
+		s += fmt.Sprintf(", %s written meanwhile", units.IEC(float64(copied)))
+	}
+	if secs := elapsed.Seconds(); secs > 0 && copied > 0 {
+		s += fmt.Sprintf(", %s/s on average", units.IEC(float64(copied)/secs))
 	}
 	return s
 }

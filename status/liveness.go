@@ -1,0 +1,56 @@
+package status
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/scr-transferd/scr-transferd/internal/instance"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// Liveness says whether a daemon serves a transfer file, and how that was
+// found out.
+type Liveness struct {
+	Serving bool
+	PID     int    // the daemon's PID when known, else 0
+	Reason  string // what the answer rests on, for messages
+}
+
+// Probe tells whether a daemon serves transferFile, whose latest reading is
+// v. The daemon's instance lock (internal/instance) is the truth: held
+// means served, present but free means the daemon that held it has ended,
+// however it ended. Where no lock file exists (a daemon that does not take
+// it, or none ever started), the reading decides: no STATE means no daemon
+// has answered, STATE EXITING that it has left; any other STATE is taken
+// as a daemon at work, which cannot tell a daemon killed without a chance
+// to record EXITING. A daemon that has recorded EXITING is leaving even
+// while it still holds its lock.
+func Probe(transferFile string, v transfer.View) (Liveness, error) {
+	lock := instance.LockPath(transferFile)
+	_, err := os.Lstat(lock)
+	switch {
+	case err == nil:
+		pid, held, err := instance.Holder(transferFile)
+		if err != nil {
+			return Liveness{}, err
+		}
+		switch {
+		case !held:
+			return Liveness{Reason: fmt.Sprintf("no daemon holds its lock %s (the daemon that served it has ended)", lock)}, nil
+		case v.State == transfer.Exiting:
+			return Liveness{PID: pid, Reason: fmt.Sprintf("the daemon (PID %d) recorded STATE EXITING: it is leaving", pid)}, nil
+		}
+		return Liveness{Serving: true, PID: pid, Reason: fmt.Sprintf("served by PID %d (lock %s)", pid, lock)}, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return Liveness{}, fmt.Errorf("daemon lock: %w", err)
+	}
+	switch v.State {
+	case "":
+		return Liveness{Reason: "no daemon has recorded a STATE and none holds the lock " + lock + "; is scr-transferd running on this file?"}, nil
+	case transfer.Exiting:
+		return Liveness{Reason: "STATE EXITING: the daemon has exited"}, nil
+	}
+	return Liveness{Serving: true, Reason: fmt.Sprintf("STATE %s recorded (no lock file %s to confirm it)", v.State, lock)}, nil
+}
