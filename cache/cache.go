@@ -113,7 +113,7 @@ func Inspect(ctx context.Context, path string) (*Report, error) {
 type Options struct {
 	// Pace, if set, is called after every piece (at most 1 MiB) that is
 	// read for hashing, so that the caller can keep verification within
-	// its CPU share; an error from it stops the inspection.
+	// PERCENT share of working time; an error from it stops the inspection.
 	Pace func(ctx context.Context) error
 	// Root, if set, is where companion files (the other members of a
 	// multi-file SIONlib container, the other volumes of a LIME partition

@@ -372,7 +372,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
 		if root == "" {
 			root = "/"
 		}
-		fj.Verify = &checkpointVerifier{path: f.Src, root: root, pace: d.throttle.PaceCPU}
+		fj.Verify = &checkpointVerifier{path: f.Src, root: root, pace: d.throttle.Pace}
 	}
 	// The final commit records WRITTEN = SIZE, the CRC and the end of any
 	// ERROR in one update, so that no crash can leave a complete file

@@ -212,8 +212,9 @@ func windowRates(s []sizeSample, w time.Duration) (lo, hi float64) {
 	return lo, hi
 }
 
-// BenchmarkPercent copies 256 MiB under each CPU share and reports the
-// share of CPU time the process used (getrusage) over the copy's wall time.
+// BenchmarkPercent copies 256 MiB under each PERCENT and reports the share
+// of wall time the copy worked (not paused by the throttle) and the share of
+// CPU time the process used (getrusage), both over the copy's wall time.
 func BenchmarkPercent(b *testing.B) {
 	const size = 256 << 20
 	dir := benchDir(b)
@@ -222,7 +223,7 @@ func BenchmarkPercent(b *testing.B) {
 	for _, pct := range []float64{5, 20, 50} {
 		b.Run(fmt.Sprintf("%gpct", pct), func(b *testing.B) {
 			b.SetBytes(size)
-			var cpu, wall time.Duration
+			var cpu, wall, slept time.Duration
 			for b.Loop() {
 				b.StopTimer()
 				os.Remove(dst)
@@ -236,10 +237,12 @@ func BenchmarkPercent(b *testing.B) {
 				}
 				cpu += processCPU() - cpu0
 				wall += time.Since(start)
+				slept += th.Stats().PercentSlept
 			}
-			share := 100 * cpu.Seconds() / wall.Seconds()
-			b.ReportMetric(share, "cpu%")
-			b.ReportMetric(share/pct, "cpu/limit")
+			busy := 100 * (wall - slept).Seconds() / wall.Seconds()
+			b.ReportMetric(busy, "busy%")
+			b.ReportMetric(busy/pct, "busy/limit")
+			b.ReportMetric(100*cpu.Seconds()/wall.Seconds(), "cpu%")
 			os.Remove(dst)
 		})
 	}

@@ -66,7 +66,7 @@ type Options struct {
 	// mismatch the partial copy is removed, so the next Copy starts over.
 	//
 	// Reads that only compute a CRC (this check, and the prefix of a resumed
-	// copy) are paced by the CPU share but not counted against the bandwidth
+	// copy) are paced by PERCENT but not counted against the bandwidth
 	// limit, which applies to bytes copied.
 	VerifyAfter bool
 }
@@ -120,6 +120,7 @@ type Copier struct {
 	o      Options
 	buf    []byte
 	timer  *time.Timer
+	work   Work    // the throttle's account of the copy under way
 	ranges []Range // scratch for a Job's normalized Ranges
 }
 
@@ -177,6 +178,11 @@ func (c *Copier) Copy(ctx context.Context, job Job, commit func(written int64, c
 		commit = func(int64, uint32) error { return nil }
 	}
 	r := run{c: c, ctx: ctx, job: job, commit: commit, src: -1, tmp: -1, dir: -1}
+	if c.t != nil {
+		c.t.begin(&c.work, c.timer)
+		defer c.work.End()
+		r.w = &c.work
+	}
 	err := r.do()
 	if cerr := r.closeFiles(); err == nil {
 		err = cerr
@@ -191,6 +197,7 @@ type run struct {
 	job    Job
 	commit func(int64, uint32) error
 	res    Result
+	w      *Work // nil when unthrottled
 
 	srcName, dstName string // "source <path>", "destination <path>", for messages
 	dst, tmpPath     string
@@ -451,7 +458,7 @@ func (r *run) createTemp() error {
 // copyData copies the data ranges of [pos,Size), committing batches.
 func (r *run) copyData() error {
 	size := r.job.Size
-	buf, t, tm := r.c.buf, r.c.t, r.c.timer
+	buf, t := r.c.buf, r.c.t
 	for r.pos < size {
 		ds, de, ok, err := r.seg.next(r.pos, size)
 		if err != nil {
@@ -465,7 +472,7 @@ func (r *run) copyData() error {
 				return err
 			}
 			n := int(min(int64(t.chunkSize(len(buf))), de-off))
-			if err := t.waitBytes(r.ctx, n, tm); err != nil {
+			if err := r.w.waitBytes(r.ctx, n); err != nil {
 				return err
 			}
 			got, err := preadFull(r.src, buf[:n], off)
@@ -492,7 +499,11 @@ func (r *run) copyData() error {
 				_ = unix.SyncFileRange(r.tmp, r.kicked, off-r.kicked, unix.SYNC_FILE_RANGE_WRITE)
 				r.kicked = off
 			}
-			if err := t.governCPU(r.ctx, tm); err != nil {
+			// Pause for PERCENT here, before a batch is fsynced and
+			// committed: no pause may stand between durable bytes and
+			// their commit, since an interruption during it would lose
+			// the commit.
+			if err := r.w.Pace(r.ctx); err != nil {
 				return err
 			}
 			if off < size && (r.unsynced >= r.c.o.SyncBytes || time.Since(r.lastSync) >= r.c.o.SyncInterval) {
@@ -550,10 +561,6 @@ func (r *run) syncTemp(size int64) error {
 	}
 	if err := fsync(r.tmp); err != nil {
 		return osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, err)
-	}
-	// The kernel's work on the fsync counts against PERCENT like the copy.
-	if err := r.c.t.governCPU(r.ctx, r.c.timer); err != nil {
-		return err
 	}
 	r.unsynced, r.lastSync = 0, time.Now()
 	if r.c.o.DropCache && size > r.dropped {
@@ -641,9 +648,10 @@ func (r *run) finish() error {
 	if err := r.commit(size, r.crc); err != nil {
 		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName, err)
 	}
-	// Pay for the publishing work too, so the share holds over whole files;
-	// an interruption here loses nothing, the copy is complete.
-	if err := r.c.t.governCPU(r.ctx, r.c.timer); err != nil && !r.isCtxErr(err) {
+	// Pay for the fsyncs and the publishing work too, so the share holds
+	// over whole files; an interruption here loses nothing, the copy is
+	// complete and committed.
+	if err := r.w.Pace(r.ctx); err != nil && !r.isCtxErr(err) {
 		return err
 	}
 	return nil
@@ -683,7 +691,7 @@ func (r *run) forget() {
 // When check is set, every piece read is fed to it as well; its refusal is
 // returned as a *refusal.
 func (r *run) crcOf(fd int, seg *segmenter, limit int64, who string, check Check) (uint32, error) {
-	buf, t, tm := r.c.buf, r.c.t, r.c.timer
+	buf := r.c.buf
 	var crc uint32
 	var at int64 // crc covers [0,at)
 	for at < limit {
@@ -716,7 +724,7 @@ func (r *run) crcOf(fd int, seg *segmenter, limit int64, who string, check Check
 				}
 			}
 			crc, at = crc32.Update(crc, crc32.IEEETable, buf[:n]), at+int64(n)
-			if err := t.governCPU(r.ctx, tm); err != nil {
+			if err := r.w.Pace(r.ctx); err != nil {
 				return 0, err
 			}
 		}

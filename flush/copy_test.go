@@ -762,13 +762,13 @@ func TestNoAllocPerChunk(t *testing.T) {
 	small, big := filepath.Join(dir, "small"), filepath.Join(dir, "big")
 	writeFile(t, small, randBytes(2<<20, 1)) // 32 chunks, 4 batches
 	writeFile(t, big, randBytes(8<<20, 2))   // 128 chunks, 16 batches
-	for _, mode := range []string{"unthrottled", "bandwidth", "cpu"} {
+	for _, mode := range []string{"unthrottled", "bandwidth", "percent"} {
 		t.Run(mode, func(t *testing.T) {
 			th := NewThrottle()
 			switch mode {
 			case "bandwidth":
 				th.SetBW(32 << 20)
-			case "cpu":
+			case "percent":
 				th.SetPercent(20)
 			}
 			c := NewCopier(th, Options{BufSize: 64 << 10, SyncBytes: 512 << 10})

@@ -8,8 +8,13 @@
 //   - resumable: the partial copy lives next to the destination (TempPath)
 //     and no reported offset ever exceeds what a later resume finds there;
 //   - throttled: a Throttle shared by all copies of a daemon limits the
-//     bandwidth (token bucket over the bytes copied) and the share of CPU
-//     time the process uses (measured with getrusage, so fsync counts);
+//     bandwidth (a token bucket over the bytes copied, which starts empty
+//     and does not fill while no copy is under way) and PERCENT, the share
+//     of wall-clock time the daemon spends working: every moment of a copy
+//     that is not a throttle pause (reading, writing, fsyncing, verifying,
+//     committing progress) is working time, and pauses keep it to PERCENT
+//     of the time, as a duty cycle of a few milliseconds. A pause never
+//     stands between fsynced bytes and their commit;
 //   - sparse: holes in the source are not written, only recreated.
 //
 // The package is Linux only: it relies on SEEK_DATA/SEEK_HOLE,

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -208,4 +209,26 @@ func sizeName(n int64) string {
 		return strconv.FormatInt(n>>10, 10) + "KiB"
 	}
 	return strconv.FormatInt(n, 10) + "B"
+}
+
+// processCPU returns the user+system CPU time the process has used so far.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// memDir returns a temporary directory in memory (tmpfs /dev/shm) when
+// there is one, else in the default temporary directory.
+func memDir(t testing.TB) string {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		dir, err := os.MkdirTemp("/dev/shm", "flush-test-")
+		if err == nil {
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			return dir
+		}
+	}
+	return t.TempDir()
 }

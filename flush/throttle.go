@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
 )
 
@@ -20,106 +19,141 @@ const (
 	// burstSeconds is how much transfer the token bucket may hold. It lets a
 	// copy catch up after an fsync stall of up to this long, and bounds the
 	// excess over any 5 s window to burstSeconds/5 = 2.5 % (plus one chunk,
-	// 0.3 %).
+	// 0.3 %). The bucket starts empty and does not fill while no copy is
+	// under way, so a flush never starts with a burst.
 	burstSeconds = 0.125
 	// maxBurst keeps the bucket size within int range on any platform.
 	maxBurst = 1 << 30
-	// cpuWindow bounds how long the CPU governor remembers: idle time older
-	// than this is never credited to later work.
-	cpuWindow = time.Second
+	// minPause is the shortest PERCENT pause: idle time owed is paid once it
+	// reaches this much, so the duty cycle's period is a few times minPause
+	// and a pause is long enough for its timer's lateness not to matter.
+	minPause = 5 * time.Millisecond
+	// maxCredit is the most idle time the duty cycle banks: a timer that
+	// fires late is credited to the next pause, while a long idle spell buys
+	// no burst of work.
+	maxCredit = minPause
 )
 
-// Throttle limits the bandwidth and the CPU share of every copy that uses it.
-// One Throttle is shared by all copies of a daemon; it is safe for concurrent
-// use, and its settings may be changed at any time. Create it with
-// NewThrottle; a nil *Throttle given to NewCopier means no limits.
+// Throttle limits the bandwidth and the share of wall time of every copy
+// that uses it. One Throttle is shared by all copies of a daemon; it is safe
+// for concurrent use, and its settings may be changed at any time. Create it
+// with NewThrottle; a nil *Throttle given to NewCopier means no limits.
+//
+// Work under the throttle is announced with Begin and ended with Work.End;
+// every moment between the two that is not a throttle pause counts as
+// working time (reading, writing, fsyncing, verifying, recording progress).
+//
+// BW is a token bucket over the bytes copied (holes are not copied and do
+// not count). PERCENT is a duty cycle: the daemon works at most PERCENT % of
+// wall time. While any Work is running the daemon is working; after each
+// piece of work Work.Pace pauses every copy until the idle time owed,
+// (100-PERCENT)/PERCENT of the working time, is paid. The CPU time the
+// process uses is at most its working time per busy thread, so PERCENT bounds
+// it too.
+//
+// The decisions are made by methods taking the current time (like
+// golang.org/x/time/rate's …At methods), so tests drive them with a fake
+// clock; the pauses themselves use real timers.
 type Throttle struct {
-	lim *rate.Limiter
-	bw  atomic.Uint64 // math.Float64bits of bytes per second; 0 = unlimited
-	pct atomic.Uint64 // math.Float64bits of the CPU fraction (0..1); 0 = unlimited
-
 	mu      sync.Mutex
+	lim     *rate.Limiter
+	bw      float64       // bytes per second; 0 = unlimited
+	pct     float64       // fraction of wall time (0..1); 0 = unlimited
 	changed chan struct{} // closed (and replaced) when a setting changes
-	winWall time.Time     // start of the CPU accounting window
-	winCPU  time.Duration // process CPU time at winWall
 
-	bwSleeps, cpuSleeps atomic.Uint64
-	bwSlept, cpuSlept   atomic.Int64
+	copies  int       // Works begun and not ended
+	working int       // of those, the ones not paused
+	last    time.Time // when debt was last brought up to date
+	debt    time.Duration
+	// held is the bucket's level when the last copy ended; the bucket does
+	// not fill while no copy is under way.
+	held float64
+
+	bwSleeps, pctSleeps atomic.Uint64
+	bwSlept, pctSlept   atomic.Int64
 }
 
 // ThrottleStats counts the pauses a Throttle imposed, for metrics.
 type ThrottleStats struct {
-	Sleeps    uint64        // pauses of either kind
-	Slept     time.Duration // total time paused
-	BWSleeps  uint64        // pauses to respect the bandwidth limit
-	BWSlept   time.Duration // time paused for the bandwidth limit
-	CPUSleeps uint64        // pauses to respect the CPU share
-	CPUSlept  time.Duration // time paused for the CPU share
+	Sleeps        uint64        // pauses of either kind
+	Slept         time.Duration // total time paused
+	BWSleeps      uint64        // pauses to respect the bandwidth limit
+	BWSlept       time.Duration // time paused for the bandwidth limit
+	PercentSleeps uint64        // pauses to keep the working share within PERCENT
+	PercentSlept  time.Duration // time paused for PERCENT
 }
 
 // NewThrottle returns a Throttle with no limits.
-func NewThrottle() *Throttle {
-	t := &Throttle{
+func NewThrottle() *Throttle { return newThrottleAt(time.Now()) }
+
+func newThrottleAt(now time.Time) *Throttle {
+	return &Throttle{
 		// The limiter is bypassed while bw is 0; it always keeps a finite
-		// limit, since rate.Inf makes its token arithmetic produce NaN.
-		lim:     rate.NewLimiter(rate.Limit(minChunk), minChunk),
+		// limit, since rate.Inf makes its token arithmetic produce NaN. It
+		// starts empty: see drainLocked.
+		lim:     rate.NewLimiter(rate.Limit(minChunk), 0),
 		changed: make(chan struct{}),
+		last:    now,
 	}
-	t.winWall, t.winCPU = time.Now(), processCPU()
-	return t
 }
 
 // SetBW sets the bandwidth limit in bytes per second; 0 (or a negative, NaN
 // or infinite value) removes it. Copies apply it from their next chunk, and a
 // copy waiting under the old limit re-plans at once. Setting the current
 // value again changes nothing, so it may be called on every pass.
-func (t *Throttle) SetBW(bytesPerSec float64) {
+func (t *Throttle) SetBW(bytesPerSec float64) { t.setBWAt(time.Now(), bytesPerSec) }
+
+func (t *Throttle) setBWAt(now time.Time, bytesPerSec float64) {
 	if !(bytesPerSec > 0) || math.IsInf(bytesPerSec, 1) {
 		bytesPerSec = 0
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if math.Float64bits(bytesPerSec) == t.bw.Load() {
+	if bytesPerSec == t.bw {
 		return // unchanged: leave waiting copies alone
 	}
-	t.bw.Store(math.Float64bits(bytesPerSec))
+	old := t.bw
+	t.bw = bytesPerSec
 	if bytesPerSec > 0 {
-		now := time.Now()
 		t.lim.SetLimitAt(now, rate.Limit(bytesPerSec))
 		t.lim.SetBurstAt(now, burstFor(bytesPerSec))
+		if old == 0 {
+			// The bucket filled while it was not in use: no burst.
+			t.drainLocked(now, 0)
+		}
 	}
 	t.notifyLocked()
 }
 
-// SetPercent sets the share of CPU time, in percent, that the process may use
-// while copying; 0 or 100 and above (or NaN) remove the limit. The share is the
-// process's user+system CPU time (getrusage) over wall-clock time, within a
-// window of about a second, so idle time is not banked for long. Setting the
+// SetPercent sets the share of wall time, in percent, that the daemon may
+// spend working; 0 or 100 and above (or NaN) remove the limit. Setting the
 // current value again changes nothing.
-func (t *Throttle) SetPercent(p float64) {
+func (t *Throttle) SetPercent(p float64) { t.setPercentAt(time.Now(), p) }
+
+func (t *Throttle) setPercentAt(now time.Time, p float64) {
 	if !(p > 0) || p >= 100 {
 		p = 0
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if math.Float64bits(p/100) == t.pct.Load() {
+	if p/100 == t.pct {
 		return // unchanged: a pause in progress keeps its length
 	}
-	t.pct.Store(math.Float64bits(p / 100))
-	t.winWall, t.winCPU = time.Now(), processCPU()
+	t.advanceLocked(now)
+	t.pct, t.debt = p/100, 0
 	t.notifyLocked()
 }
 
 // Stats returns the pauses imposed so far.
 func (t *Throttle) Stats() ThrottleStats {
 	s := ThrottleStats{
-		BWSleeps:  t.bwSleeps.Load(),
-		BWSlept:   time.Duration(t.bwSlept.Load()),
-		CPUSleeps: t.cpuSleeps.Load(),
-		CPUSlept:  time.Duration(t.cpuSlept.Load()),
+		BWSleeps:      t.bwSleeps.Load(),
+		BWSlept:       time.Duration(t.bwSlept.Load()),
+		PercentSleeps: t.pctSleeps.Load(),
+		PercentSlept:  time.Duration(t.pctSlept.Load()),
 	}
-	s.Sleeps = s.BWSleeps + s.CPUSleeps
-	s.Slept = s.BWSlept + s.CPUSlept
+	s.Sleeps = s.BWSleeps + s.PercentSleeps
+	s.Slept = s.BWSlept + s.PercentSlept
 	return s
 }
 
@@ -129,18 +163,106 @@ func (t *Throttle) notifyLocked() {
 	t.changed = make(chan struct{})
 }
 
-// changedCh returns the channel closed at the next settings change.
-func (t *Throttle) changedCh() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.changed
-}
-
 // burstFor returns the token bucket size for a limit of bw bytes per second.
 // It is at least the largest chunk chunkSize hands out at that limit.
 func burstFor(bw float64) int {
 	b := math.Max(minChunk, math.Max(bw/chunksPerSecond, bw*burstSeconds))
 	return int(math.Min(b, maxBurst))
+}
+
+// drainLocked takes from the bucket whatever it holds above level.
+func (t *Throttle) drainLocked(now time.Time, level float64) {
+	if n := int(t.lim.TokensAt(now) - level); n > 0 {
+		t.lim.ReserveN(now, n) // kept, never cancelled
+	}
+}
+
+// advanceLocked brings the idle time owed up to now: working time adds
+// (1-p)/p of itself, idle time pays back one for one, and at most maxCredit
+// of idle time is banked.
+func (t *Throttle) advanceLocked(now time.Time) {
+	el := now.Sub(t.last)
+	if el <= 0 {
+		return
+	}
+	t.last = now
+	if t.pct == 0 {
+		t.debt = 0
+		return
+	}
+	if t.working > 0 {
+		t.debt += time.Duration(float64(el) * (1 - t.pct) / t.pct)
+	} else {
+		t.debt = max(t.debt-el, -maxCredit)
+	}
+}
+
+// beginAt counts one more copy under way, working.
+func (t *Throttle) beginAt(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advanceLocked(now)
+	if t.copies == 0 && t.bw > 0 {
+		t.drainLocked(now, t.held) // no filling while idle
+	}
+	t.copies++
+	t.working++
+}
+
+// endAt counts one copy less.
+func (t *Throttle) endAt(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advanceLocked(now)
+	t.copies--
+	t.working--
+	if t.copies == 0 {
+		t.held = t.lim.TokensAt(now)
+	}
+}
+
+// idleAt marks one working copy as paused.
+func (t *Throttle) idleAt(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advanceLocked(now)
+	t.working--
+}
+
+// resumeAt marks one paused copy as working again.
+func (t *Throttle) resumeAt(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advanceLocked(now)
+	t.working++
+}
+
+// pauseAt returns how long every copy must pause, from now, to keep the
+// working share within PERCENT (0: none), with the channel closed at the
+// next settings change.
+func (t *Throttle) pauseAt(now time.Time) (time.Duration, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advanceLocked(now)
+	if t.pct == 0 || t.debt < minPause {
+		return 0, t.changed
+	}
+	return t.debt, t.changed
+}
+
+// reserveAt reserves up to n bytes under the bandwidth limit. It returns the
+// bytes reserved, how long to wait before moving them, the reservation (to
+// cancel when the wait is cut short) and the settings-change channel; k = n
+// and no reservation when there is no limit.
+func (t *Throttle) reserveAt(now time.Time, n int) (int, time.Duration, rate.Reservation, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.bw == 0 {
+		return n, 0, rate.Reservation{}, t.changed
+	}
+	k := min(n, t.lim.Burst())
+	r := *t.lim.ReserveN(now, k) // a copy, so that no chunk allocates
+	return k, r.DelayFrom(now), r, t.changed
 }
 
 // chunkSize returns how many bytes to move at once with a buffer of bufSize
@@ -150,7 +272,9 @@ func (t *Throttle) chunkSize(bufSize int) int {
 	if t == nil {
 		return bufSize
 	}
-	bw := math.Float64frombits(t.bw.Load())
+	t.mu.Lock()
+	bw := t.bw
+	t.mu.Unlock()
 	if bw == 0 {
 		return bufSize
 	}
@@ -161,34 +285,109 @@ func (t *Throttle) chunkSize(bufSize int) int {
 	return bufSize
 }
 
-// waitBytes blocks until n bytes may be copied under the bandwidth limit.
-// tm is the caller's reusable timer (stopped, drained).
-func (t *Throttle) waitBytes(ctx context.Context, n int, tm *time.Timer) error {
+// Work is one stream of work under a Throttle: a copy, or a verification.
+// It is used by one goroutine at a time. A nil *Work never pauses.
+type Work struct {
+	t     *Throttle
+	timer *time.Timer
+	ended bool
+}
+
+// Begin starts counting working time for one stream of work; the caller
+// calls Pace between pieces of the work and End when it is done. Begin on a
+// nil Throttle returns nil, which never pauses.
+func (t *Throttle) Begin() *Work {
 	if t == nil {
 		return nil
 	}
-	for n > 0 {
-		ch := t.changedCh() // before reading the settings, so no change is missed
-		if t.bw.Load() == 0 {
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
+	w := &Work{}
+	t.begin(w, tm)
+	return w
+}
+
+// begin starts w with the timer tm (stopped, drained), so that a Copier
+// reuses both from copy to copy.
+func (t *Throttle) begin(w *Work, tm *time.Timer) {
+	*w = Work{t: t, timer: tm}
+	t.beginAt(time.Now())
+}
+
+// End stops counting working time for w. It may be called more than once.
+func (w *Work) End() {
+	if w == nil || w.ended {
+		return
+	}
+	w.ended = true
+	w.t.endAt(time.Now())
+}
+
+// Pace pauses, when needed, so that the daemon's working share stays within
+// PERCENT. It returns early, with ctx.Err(), only when ctx ends.
+func (w *Work) Pace(ctx context.Context) error {
+	if w == nil {
+		return nil
+	}
+	for {
+		d, ch := w.t.pauseAt(time.Now())
+		if d <= 0 {
 			return nil
 		}
-		k := min(n, t.lim.Burst())
-		now := time.Now()
-		r := t.lim.ReserveN(now, k)
-		if !r.OK() {
-			continue // the burst shrank between Burst and ReserveN
+		w.t.pctSleeps.Add(1)
+		slept, _, err := w.sleep(ctx, d, ch)
+		w.t.pctSlept.Add(int64(slept))
+		if err != nil {
+			return err
 		}
-		if d := r.DelayFrom(now); d > 0 {
-			t.bwSleeps.Add(1)
-			changed, err := sleep(ctx, d, tm, ch)
-			t.bwSlept.Add(int64(time.Since(now)))
-			if err != nil {
-				r.Cancel()
-				return err
-			}
-			if changed {
-				r.Cancel() // plan again under the new limit
-				continue
+	}
+}
+
+// Pace pauses the caller while the daemon owes idle time under PERCENT. It
+// is for helpers that work beside a Work, such as a checkpoint check reading
+// in a goroutine of its own during a copy: their time is counted through that
+// Work, and pacing them here keeps them from working through its pauses.
+// Their pauses are not counted in Stats, which would count that time twice.
+func (t *Throttle) Pace(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	tm := time.NewTimer(time.Hour)
+	defer tm.Stop()
+	for {
+		d, ch := t.pauseAt(time.Now())
+		if d <= 0 {
+			return nil
+		}
+		tm.Reset(d)
+		select {
+		case <-tm.C:
+		case <-ch:
+			tm.Stop()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// waitBytes blocks until n bytes may be copied under the bandwidth limit.
+func (w *Work) waitBytes(ctx context.Context, n int) error {
+	if w == nil {
+		return nil
+	}
+	for n > 0 {
+		now := time.Now()
+		k, d, r, ch := w.t.reserveAt(now, n)
+		if d > 0 {
+			w.t.bwSleeps.Add(1)
+			slept, changed, err := w.sleep(ctx, d, ch)
+			w.t.bwSlept.Add(int64(slept))
+			if err != nil || changed {
+				r.CancelAt(time.Now())
+				if err != nil {
+					return err
+				}
+				continue // plan again under the new limit
 			}
 		}
 		n -= k
@@ -196,83 +395,23 @@ func (t *Throttle) waitBytes(ctx context.Context, n int, tm *time.Timer) error {
 	return nil
 }
 
-// governCPU pauses until the process's CPU share over the current window is
-// within the limit.
-func (t *Throttle) governCPU(ctx context.Context, tm *time.Timer) error {
-	if t == nil || t.pct.Load() == 0 {
-		return nil
-	}
-	d, ch := t.cpuDelay()
-	if d <= 0 {
-		return nil
-	}
-	t.cpuSleeps.Add(1)
+// sleep pauses w (its time does not count as working) for d, until ctx
+// ends, or until a settings change, whichever comes first. It returns how
+// long it paused and whether a change cut it short; only the end of ctx is
+// an error.
+func (w *Work) sleep(ctx context.Context, d time.Duration, changed <-chan struct{}) (time.Duration, bool, error) {
 	start := time.Now()
-	_, err := sleep(ctx, d, tm, ch)
-	t.cpuSlept.Add(int64(time.Since(start)))
-	return err
-}
-
-// PaceCPU pauses, when needed, so that the process keeps within the
-// PERCENT share. Work other than copies that the share must cover, such as
-// checkpoint verification, calls it between pieces.
-func (t *Throttle) PaceCPU(ctx context.Context) error {
-	if t == nil || t.pct.Load() == 0 {
-		return nil
-	}
-	tm := time.NewTimer(time.Hour)
-	tm.Stop()
-	return t.governCPU(ctx, tm)
-}
-
-// cpuDelay returns how long to pause so that CPU/wall over the window does not
-// exceed the limit, and starts a new window once the current one is older
-// than cpuWindow.
-func (t *Throttle) cpuDelay() (time.Duration, <-chan struct{}) {
-	cpu := processCPU()
-	now := time.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := math.Float64frombits(t.pct.Load())
-	if p == 0 {
-		return 0, t.changed
-	}
-	wall := now.Sub(t.winWall)
-	var d time.Duration
-	if used := cpu - t.winCPU; used > 0 {
-		if need := time.Duration(float64(used) / p); need > wall {
-			d = need - wall
-		}
-	}
-	if wall+d >= cpuWindow {
-		// The pause pays for this window; the next one starts after it.
-		t.winWall, t.winCPU = now.Add(d), cpu
-	}
-	return d, t.changed
-}
-
-// sleep waits for d, for ctx to end, or for a settings change, whichever
-// comes first. It reports whether a change cut it short; only the end of ctx
-// is an error.
-func sleep(ctx context.Context, d time.Duration, tm *time.Timer, changed <-chan struct{}) (bool, error) {
-	tm.Reset(d)
+	w.t.idleAt(start)
+	defer func() { w.t.resumeAt(time.Now()) }()
+	w.timer.Reset(d)
 	select {
-	case <-tm.C:
-		return false, nil
+	case <-w.timer.C:
+		return time.Since(start), false, nil
 	case <-changed:
-		tm.Stop()
-		return true, nil
+		w.timer.Stop()
+		return time.Since(start), true, nil
 	case <-ctx.Done():
-		tm.Stop()
-		return false, ctx.Err()
+		w.timer.Stop()
+		return time.Since(start), false, ctx.Err()
 	}
-}
-
-// processCPU returns the user+system CPU time the process has used so far.
-func processCPU() time.Duration {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

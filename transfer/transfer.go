@@ -79,7 +79,7 @@ type View struct {
 	State      State   // as recorded; "" if missing
 	Done       bool    // FLAG DONE present
 	BW         float64 // bytes per second; 0 (or absent) = unlimited
-	Percent    float64 // CPU share in percent; 0 (or absent) = unlimited
+	Percent    float64 // share of wall time the daemon may spend working, in percent; 0 (or absent) = unlimited
 	BWBad      bool    // BW is malformed: keep the last good value
 	PercentBad bool    // PERCENT is malformed: keep the last good value
 	Files      []File  // in the file's order

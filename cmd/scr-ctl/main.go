@@ -70,7 +70,7 @@ func commands() map[string]command {
 			help: helpWait, run: cmdWait},
 		"add": {summary: "add a file to flush, as the SCR library does", usage: "[--size N] TRANSFERFILE SRC DEST",
 			help: helpAdd, run: cmdAdd},
-		"set": {summary: "set the bandwidth limit or the CPU share, as the SCR library does", usage: "TRANSFERFILE bw|percent VALUE",
+		"set": {summary: "set the bandwidth limit or the working-time share, as the SCR library does", usage: "TRANSFERFILE bw|percent VALUE",
 			help: helpSet, run: cmdSet},
 		"verify": {summary: "identify and verify checkpoint files (SION, FTI-FF, LIME, plain)", usage: "[--json] FILE...",
 			help: helpVerify, run: cmdVerify},
