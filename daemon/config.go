@@ -95,6 +95,7 @@ type Status struct {
 	BytesWritten   int64   // durable bytes of all files in the transfer file
 	BytesPending   int64   // bytes still to copy
 	FilesInError   int
+	FilesWarned    int // files flushed with a WARNING recorded
 	ThrottleSleeps uint64
 	ThrottleSlept  time.Duration
 	LastSuccess    time.Time // when a file last completed; zero if never

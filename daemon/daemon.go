@@ -34,6 +34,7 @@ type daemon struct {
 	view      transfer.View  // last good view of the file
 	fileErr   string         // last error reading the transfer file, logged once
 	problems  map[string]bool
+	warned    map[string]string // WARNING last logged, by source path
 	retries   map[string]*retry // by source path
 	job       *job              // copy under way, nil when idle
 	results   chan result
@@ -57,9 +58,10 @@ type job struct {
 }
 
 type result struct {
-	job *job
-	res flush.Result
-	err error
+	job      *job
+	res      flush.Result
+	err      error
+	warnings string // the checkpoint's warnings, "" if none or unchecked
 }
 
 // Run runs the daemon until the library asks it to EXIT (it returns nil)
@@ -111,6 +113,7 @@ func Run(ctx context.Context, cfg Config) error {
 		throttle: th,
 		copier:   flush.NewCopier(th, cfg.Flush),
 		problems: map[string]bool{},
+		warned:   map[string]string{},
 		retries:  map[string]*retry{},
 		results:  make(chan result, 1),
 	}
@@ -355,24 +358,28 @@ func (d *daemon) start(f transfer.File) {
 	d.log.Info("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
 		zap.Int64("size", f.Size), zap.Int64("from", f.Written))
 	go func() {
-		res, err := d.copyFile(ctx, j)
-		d.results <- result{job: j, res: res, err: err}
+		r := result{job: j}
+		r.res, r.warnings, r.err = d.copyFile(ctx, j)
+		d.results <- r
 	}()
 }
 
 // copyFile runs in the worker goroutine: identify the checkpoint, copy it,
-// and record its progress.
-func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
+// and record its progress. It returns the checkpoint's warnings, recorded
+// with the completion.
+func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, error) {
 	f := j.file
 	fj := flush.Job{Src: f.Src, Dst: f.Dest, Size: f.Size, Written: f.Written}
 	fj.SrcRoot, _ = confinedRoot(f.Src, d.cfg.AllowSrc)
 	fj.DstRoot, _ = confinedRoot(f.Dest, d.cfg.AllowDest)
+	var v *checkpointVerifier
 	if d.cfg.Verify.before() {
 		root := fj.SrcRoot
 		if root == "" {
 			root = "/"
 		}
-		fj.Verify = &checkpointVerifier{path: f.Src, root: root, pace: d.throttle.Pace}
+		v = &checkpointVerifier{path: f.Src, root: root, pace: d.throttle.Pace}
+		fj.Verify = v
 	}
 	// The final commit records WRITTEN = SIZE, the CRC and the end of any
 	// ERROR in one update, so that no crash can leave a complete file
@@ -384,6 +391,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
 			if ok && n == f.Size {
 				transfer.SetCRC(t, f, crc)
 				transfer.SetError(t, f.Src, "")
+				transfer.SetWarning(t, f.Src, v.warnings())
 			}
 			return nil
 		})
@@ -398,7 +406,8 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, error) {
 		}
 		return nil
 	}
-	return d.copier.Copy(ctx, fj, commit)
+	res, err := d.copier.Copy(ctx, fj, commit)
+	return res, v.warnings(), err
 }
 
 // finish handles the end of a copy in the loop goroutine.
@@ -412,6 +421,12 @@ func (d *daemon) finish(r result) {
 	switch {
 	case r.err == nil && r.res.Complete:
 		delete(d.retries, f.Src)
+		if r.warnings != d.warned[f.Src] {
+			if r.warnings != "" {
+				d.log.Warn("checkpoint flushed with a warning", zap.String("src", f.Src), zap.String("warning", r.warnings))
+			}
+			d.warned[f.Src] = r.warnings
+		}
 		d.lastOK = time.Now()
 		secs := time.Since(r.job.started).Seconds()
 		d.log.Info("flushed", zap.String("src", f.Src), zap.String("dest", f.Dest), zap.Int64("size", f.Size),
@@ -464,9 +479,10 @@ func (d *daemon) nextRetry() (time.Time, bool) {
 	return at, found
 }
 
-// forgetRetries drops the back-off of files no longer in the transfer file.
+// forgetRetries drops the back-off and the warning logged of files no
+// longer in the transfer file.
 func (d *daemon) forgetRetries(v transfer.View) {
-	if len(d.retries) == 0 {
+	if len(d.retries) == 0 && len(d.warned) == 0 {
 		return
 	}
 	present := make(map[string]bool, len(v.Files))
@@ -476,6 +492,11 @@ func (d *daemon) forgetRetries(v transfer.View) {
 	for src := range d.retries {
 		if !present[src] {
 			delete(d.retries, src)
+		}
+	}
+	for src := range d.warned {
+		if !present[src] {
+			delete(d.warned, src)
 		}
 	}
 }
@@ -499,6 +520,9 @@ func (d *daemon) report() {
 	for _, f := range d.view.Files {
 		if st := f.State(); st == transfer.StateError || st == transfer.StateInvalid {
 			s.FilesInError++
+		}
+		if f.Warning != "" {
+			s.FilesWarned++
 		}
 	}
 	ts := d.throttle.Stats()

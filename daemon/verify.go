@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/scr-transferd/scr-transferd/cache"
 	"github.com/scr-transferd/scr-transferd/flush"
@@ -56,6 +57,15 @@ func (v *checkpointVerifier) start(ctx context.Context, src io.ReaderAt, size in
 		rs = append(rs, flush.Range{Off: r.Off, Len: r.Len})
 	}
 	return nil, rs, nil
+}
+
+// warnings joins the warnings of a sound verdict; "" without one, or
+// without a verifier.
+func (v *checkpointVerifier) warnings() string {
+	if v == nil || v.rep == nil {
+		return ""
+	}
+	return strings.Join(v.rep.Warnings, "; ")
 }
 
 // checkError names the verification in an error.

@@ -23,6 +23,7 @@ type Sample struct {
 	BytesPending   int64         // bytes still to copy
 	Rate           float64       // bytes/s of the copy under way, 0 when idle
 	FilesInError   int           // files with an ERROR or a malformed entry
+	FilesWarned    int           // files flushed with a WARNING recorded
 	ThrottleSleeps uint64        // pauses imposed by BW or PERCENT since the start
 	ThrottleSlept  time.Duration // time spent in those pauses
 	LastSuccess    time.Time     // when a file last completed; zero if never
@@ -82,6 +83,8 @@ func (t *Textfile) Render(s Sample) []byte {
 	}
 	family("scr_transferd_files_in_error", "gauge", "Files with an ERROR recorded or a malformed entry in the transfer file.")
 	series("scr_transferd_files_in_error", "", float64(s.FilesInError))
+	family("scr_transferd_files_with_warnings", "gauge", "Files flushed with a WARNING recorded in the transfer file (a checkpoint sound enough to flush that an operator should look at).")
+	series("scr_transferd_files_with_warnings", "", float64(s.FilesWarned))
 	family("scr_transferd_throttle_sleeps_total", "counter", "Pauses imposed by the BW and PERCENT limits.")
 	series("scr_transferd_throttle_sleeps_total", "", float64(s.ThrottleSleeps))
 	family("scr_transferd_throttle_sleep_seconds_total", "counter", "Time spent in pauses imposed by the BW and PERCENT limits.")

@@ -64,7 +64,7 @@ func TestExpositionParsesWithEveryFamily(t *testing.T) {
 	tf := "/dev/shm/user \"x\"\\y\nz/transfer.scrinfo"
 	m := NewTextfile(filepath.Join(t.TempDir(), "scr.prom"), tf)
 	last := time.Date(2026, 3, 1, 12, 0, 0, 500e6, time.UTC)
-	s := Sample{State: "RUNNING", BytesCopied: 300, BytesDurable: 400, BytesPending: 900, Rate: 12.5, FilesInError: 2,
+	s := Sample{State: "RUNNING", BytesCopied: 300, BytesDurable: 400, BytesPending: 900, Rate: 12.5, FilesInError: 2, FilesWarned: 3,
 		ThrottleSleeps: 7, ThrottleSlept: 1500 * time.Millisecond, LastSuccess: last}
 	fams := parse(t, m.Render(s))
 	lbl := map[string]string{"transfer_file": tf}
@@ -75,6 +75,7 @@ func TestExpositionParsesWithEveryFamily(t *testing.T) {
 		"scr_transferd_rate_bytes_per_second":          dto.MetricType_GAUGE,
 		"scr_transferd_state":                          dto.MetricType_GAUGE,
 		"scr_transferd_files_in_error":                 dto.MetricType_GAUGE,
+		"scr_transferd_files_with_warnings":            dto.MetricType_GAUGE,
 		"scr_transferd_throttle_sleeps_total":          dto.MetricType_COUNTER,
 		"scr_transferd_throttle_sleep_seconds_total":   dto.MetricType_COUNTER,
 		"scr_transferd_last_success_timestamp_seconds": dto.MetricType_GAUGE,
@@ -98,6 +99,7 @@ func TestExpositionParsesWithEveryFamily(t *testing.T) {
 		{"scr_transferd_bytes_pending", lbl, 900},
 		{"scr_transferd_rate_bytes_per_second", lbl, 12.5},
 		{"scr_transferd_state", map[string]string{"transfer_file": tf, "state": "RUNNING"}, 1},
+		{"scr_transferd_files_with_warnings", lbl, 3},
 		{"scr_transferd_state", map[string]string{"transfer_file": tf, "state": "STOPPED"}, 0},
 		{"scr_transferd_state", map[string]string{"transfer_file": tf, "state": "EXITING"}, 0},
 		{"scr_transferd_files_in_error", lbl, 2},

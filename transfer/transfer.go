@@ -21,6 +21,7 @@ const (
 	KeyWritten     = "WRITTEN"
 	KeyError       = "ERROR"
 	KeyCRC         = "CRC"
+	KeyWarning     = "WARNING"
 	KeyBW          = "BW"
 	KeyPercent     = "PERCENT"
 	KeyCommand     = "COMMAND"
@@ -58,6 +59,9 @@ type File struct {
 	Written int64  // WRITTEN (0 if absent)
 	Error   string // ERROR recorded by the daemon, "" if none
 	CRC     uint32 // CRC recorded by the daemon, valid if HasCRC
+	// Warning is what the daemon found worth an operator's attention in a
+	// file it flushed (WARNING, this project's extension), "" if nothing.
+	Warning string
 	HasCRC  bool
 	// Problem says why the entry cannot be copied as it stands (no
 	// DESTINATION, a SIZE that is not a byte count...); nil if sound.
@@ -162,6 +166,9 @@ func readFile(src string, e *hashfile.Tree) File {
 	}
 	if msg, ok := e.Value(KeyError); ok {
 		f.Error = msg
+	}
+	if msg, ok := e.Value(KeyWarning); ok {
+		f.Warning = msg
 	}
 	if crc, ok, err := e.CRC(KeyCRC); ok && err == nil {
 		f.CRC, f.HasCRC = crc, true

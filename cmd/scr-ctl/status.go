@@ -18,7 +18,8 @@ import (
 const helpStatus = `
 Reads the transfer file under a shared lock and shows, for every FILES
 entry, source -> destination, a progress bar (WRITTEN of SIZE), the copy rate
-and the time left, and the ERROR the daemon recorded if any; then the
+and the time left, the ERROR the daemon recorded if any and the WARNING
+it recorded about a checkpoint it flushed all the same; then the
 totals, the daemon's STATE, the COMMAND, BW and PERCENT.
 
 Rates are of WRITTEN, which counts the holes of a sparse file too, and
@@ -70,8 +71,9 @@ type fileStatus struct {
 	State       transfer.FileState `json:"state"` // complete, pending, error or invalid
 	Rate        *float64           `json:"rate"`
 	ETA         *float64           `json:"eta_seconds"`
-	Error       string             `json:"error,omitempty"` // the daemon's ERROR, or why the entry is invalid
-	CRC         string             `json:"crc,omitempty"`   // CRC32 recorded when complete, "0x…"
+	Error       string             `json:"error,omitempty"`   // the daemon's ERROR, or why the entry is invalid
+	CRC         string             `json:"crc,omitempty"`     // CRC32 recorded when complete, "0x…"
+	Warning     string             `json:"warning,omitempty"` // the daemon's WARNING about a flushed checkpoint
 }
 
 // rateWindow is how far back rates look: WRITTEN advances in steps (each
@@ -148,7 +150,7 @@ func buildReport(path string, at time.Time, t *hashfile.Tree, m *rateMeter) stat
 	seen := map[string]bool{}
 	for _, f := range v.Files {
 		fs := fileStatus{Source: f.Src, Destination: f.Dest, Size: f.Size, Written: f.Written, Error: f.Error,
-			State: f.State()}
+			State: f.State(), Warning: f.Warning}
 		if f.Problem != nil && fs.Error == "" {
 			fs.Error = "malformed FILES entry: " + f.Problem.Error()
 		}
@@ -251,6 +253,9 @@ func renderText(r statusReport, o view) string {
 		if f.Error != "" {
 			add("    ERROR: " + f.Error)
 		}
+		if f.Warning != "" {
+			add("    WARNING: " + f.Warning)
+		}
 	}
 	if hidden > 0 {
 		add(fmt.Sprintf("  … %d more files not shown", hidden))
@@ -285,6 +290,9 @@ func selectFiles(files []fileStatus, o view) (shown []int, hidden int) {
 		for _, f := range files {
 			need := 2
 			if f.Error != "" {
+				need++
+			}
+			if f.Warning != "" {
 				need++
 			}
 			if lines < need {

@@ -153,6 +153,7 @@ func (s *service) writeMetrics(st daemon.Status) {
 		BytesPending:   st.BytesPending,
 		Rate:           st.Rate,
 		FilesInError:   st.FilesInError,
+		FilesWarned:    st.FilesWarned,
 		ThrottleSleeps: st.ThrottleSleeps,
 		ThrottleSlept:  st.ThrottleSlept,
 		LastSuccess:    st.LastSuccess,
