@@ -59,9 +59,10 @@ type Config struct {
 	Locking      hashfile.Locking
 
 	// Poll is how often the transfer file's metadata is checked for a
-	// change that file-system notification may have missed (file systems
-	// without inotify); Reread is how often it is read regardless, as the
-	// original daemon did every SCR_TRANSFER_SECS.
+	// change that file-system notification may have missed, only on the
+	// file systems where it may (network, cluster and FUSE file systems,
+	// see filewatch.Polls); Reread is how often it is read regardless, as
+	// the original daemon did every SCR_TRANSFER_SECS.
 	Poll, Reread time.Duration
 
 	Flush  flush.Options

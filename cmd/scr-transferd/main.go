@@ -68,7 +68,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	}
 	locking := fs.String("locking", "flock", "transfer-file lock: flock or fcntl (as KVTree was built)")
 	fs.DurationVar(&o.cfg.Reread, "reread", reread, "read the transfer file at least this often (SCR_TRANSFER_SECS)")
-	fs.DurationVar(&o.cfg.Poll, "poll", time.Second, "check the transfer file's metadata this often, for file systems without inotify")
+	fs.DurationVar(&o.cfg.Poll, "poll", time.Second, "check the transfer file's metadata this often on network, cluster and FUSE file systems, where inotify misses other nodes' writes")
 	fs.IntVar(&o.cfg.Flush.BufSize, "buf-size", bufSize, "bytes read and written at once (SCR_FILE_BUF_SIZE)")
 	fs.Int64Var(&o.cfg.Flush.SyncBytes, "sync-bytes", flush.DefaultSyncBytes, "fsync the destination and record WRITTEN after this many bytes")
 	fs.DurationVar(&o.cfg.Flush.SyncInterval, "sync-interval", flush.DefaultSyncInterval, "... or after this long, whichever comes first")

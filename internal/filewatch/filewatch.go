@@ -1,27 +1,33 @@
 // Package filewatch reports changes of one file, such as SCR's transfer
 // file. It watches the file's directory with inotify, so that a file
-// created, recreated or replaced later is seen too, and compares the file's
-// metadata at a fixed interval as a safety net for file systems where
-// inotify does not see writes made elsewhere (other nodes of a parallel
-// file system).
+// created, recreated or replaced later is seen too. Only where inotify
+// cannot be trusted does it also compare the file's metadata at a fixed
+// interval: on network, cluster and FUSE file systems (found with
+// statfs(2)'s f_type), where writes made by another node or by the FUSE
+// server's other clients raise no event here, and where the directory
+// cannot be watched at all. Elsewhere (ext4, xfs, tmpfs such as /dev/shm) an
+// idle watcher never wakes.
 package filewatch
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 )
 
 // Watch returns a channel that receives a value whenever the file at path
 // may have changed; at most one value is pending, so bursts coalesce. The
 // metadata is first taken before Watch returns, so a change made after the
-// caller's next read is never missed. warn, if not nil, is told when
-// notification is unavailable (only the poll remains) or reports an error.
-// The watch stops when ctx is done.
+// caller's next read is never missed. The metadata is compared every poll
+// only where Polls says inotify is not enough. warn, if not nil, is told
+// when notification is unavailable (only the poll remains) or reports an
+// error. The watch stops when ctx is done.
 func Watch(ctx context.Context, path string, poll time.Duration, warn func(msg string, err error)) <-chan struct{} {
 	if warn == nil {
 		warn = func(string, error) {}
@@ -47,32 +53,54 @@ func Watch(ctx context.Context, path string, poll time.Duration, warn func(msg s
 	if err != nil {
 		warn("no file-system notification; polling only", err)
 	}
+	dir := filepath.Dir(path)
+	usePoll, _ := Polls(dir, w != nil)
 	name := filepath.Base(path)
 	last := stampOf(path)
 	go func() {
 		if w != nil {
 			defer w.Close()
 		}
-		tick := time.NewTicker(poll)
-		defer tick.Stop()
+		var tick *time.Ticker
+		var tickC <-chan time.Time // nil, never ready, unless polling
+		startPoll := func() {
+			if tick == nil {
+				tick = time.NewTicker(poll)
+				tickC = tick.C
+			}
+		}
+		defer func() {
+			if tick != nil {
+				tick.Stop()
+			}
+		}()
+		if usePoll {
+			startPoll()
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case ev, ok := <-events:
-				if !ok {
+				switch {
+				case !ok:
 					events = nil
-				} else if filepath.Base(ev.Name) == name {
+					startPoll()
+				case filepath.Clean(ev.Name) == dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
+					// The directory itself went away: its watch is dead.
+					startPoll()
+					signal()
+				case filepath.Base(ev.Name) == name:
 					signal()
 				}
 			case err, ok := <-errs:
 				if !ok {
 					errs = nil
 				} else {
-					warn("file-system notification error; the poll continues", err)
+					warn("file-system notification error; rereading the file", err)
 					signal()
 				}
-			case <-tick.C:
+			case <-tickC:
 				if s := stampOf(path); s != last {
 					last = s
 					signal()
@@ -99,4 +127,54 @@ func stampOf(path string) stamp {
 		return stamp{size: fi.Size(), mtime: fi.ModTime().UnixNano(), exists: true}
 	}
 	return stamp{ino: int64(st.Ino), size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(), exists: true}
+}
+
+// Polls reports whether a watcher of files in dir must also poll their
+// metadata, and why: when notification is unavailable (notify false), when
+// dir's file system cannot be identified (it may not exist yet), and when it
+// is one whose changes may escape inotify (see pollFS).
+func Polls(dir string, notify bool) (bool, string) {
+	var st unix.Statfs_t
+	err := unix.Statfs(dir, &st)
+	return decide(notify, int64(st.Type), err)
+}
+
+// decide is Polls' decision for a file system of type fsType, or one that
+// statfs could not identify (err).
+func decide(notify bool, fsType int64, err error) (bool, string) {
+	switch name, ok := pollFS[fsType]; {
+	case !notify:
+		return true, "no file-system notification"
+	case err != nil:
+		return true, fmt.Sprintf("cannot identify the file system: %v", err)
+	case ok:
+		return true, name + ": changes made elsewhere raise no inotify event"
+	}
+	return false, "inotify sees every change"
+}
+
+// pollFS names the file systems (by statfs f_type) on which a file can
+// change without an inotify event on this node: network and cluster file
+// systems, where another node writes, and FUSE, where the server or another
+// client does. The parallel file systems SCR flushes to whose magic numbers
+// are not in Linux's magic.h come from their clients' sources.
+var pollFS = map[int64]string{
+	unix.NFS_SUPER_MAGIC:   "NFS",
+	unix.SMB_SUPER_MAGIC:   "SMB",
+	unix.SMB2_SUPER_MAGIC:  "SMB2",
+	unix.CIFS_SUPER_MAGIC:  "CIFS",
+	unix.CEPH_SUPER_MAGIC:  "CephFS",
+	unix.AFS_SUPER_MAGIC:   "AFS",
+	unix.AFS_FS_MAGIC:      "kAFS",
+	unix.CODA_SUPER_MAGIC:  "Coda",
+	unix.NCP_SUPER_MAGIC:   "NCP",
+	unix.V9FS_MAGIC:        "9p",
+	unix.OCFS2_SUPER_MAGIC: "OCFS2",
+	unix.FUSE_SUPER_MAGIC:  "FUSE",
+	0x01161970:             "GFS2",
+	0x0bd00bd0:             "Lustre",
+	0x47504653:             "GPFS",
+	0xaad7aaea:             "PanFS",
+	0x19830326:             "BeeGFS",
+	0x20030528:             "OrangeFS",
 }
