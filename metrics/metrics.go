@@ -7,7 +7,9 @@ package metrics
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -101,6 +103,15 @@ func (t *Textfile) Render(s Sample) []byte {
 // Update writes the file for s.
 func (t *Textfile) Update(s Sample) error {
 	return WriteAtomic(t.path, t.Render(s))
+}
+
+// Remove removes the file, for an instance that has ended; a file already
+// gone is not an error.
+func (t *Textfile) Remove() error {
+	if err := os.Remove(t.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("metrics file %s: %w", t.path, err)
+	}
+	return nil
 }
 
 // WriteAtomic replaces the file at path with data: it writes a temporary

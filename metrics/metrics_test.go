@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -151,5 +153,22 @@ func TestWriteAtomicReportsTheFile(t *testing.T) {
 	err := WriteAtomic(path, []byte("x"))
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte(path)) {
 		t.Fatalf("error %v does not name %s", err, path)
+	}
+}
+
+func TestRemove(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "scr.prom")
+	tf := NewTextfile(path, "/dev/shm/u/scr.1/transfer.scrinfo")
+	if err := tf.Update(Sample{State: "EXITING"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tf.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("file still there: %v", err)
+	}
+	if err := tf.Remove(); err != nil {
+		t.Errorf("removing a file already gone: %v", err)
 	}
 }

@@ -38,6 +38,10 @@ type service struct {
 	stopOnce sync.Once
 	cancel   context.CancelFunc
 	finished chan struct{}
+
+	// Owned by the service goroutine.
+	metricsWritten bool // this process wrote the metrics file at least once
+	metricsFailing bool // the last write failed (logged once per run of failures)
 }
 
 // startService starts the service goroutine; metricsFile may be empty.
@@ -78,7 +82,7 @@ func (s *service) stopping() {
 	s.stopOnce.Do(func() { s.send("STOPPING=1") })
 }
 
-// close handles the last snapshot (the final metrics) and stops the
+// close handles the last snapshot, removes the metrics file and stops the
 // service goroutine.
 func (s *service) close() {
 	s.cancel()
@@ -100,7 +104,7 @@ func (s *service) loop(ctx context.Context) {
 	ready := false
 	dirty := false // metrics to write at the next tick
 	var last daemon.Status
-	handle := func(final bool) {
+	handle := func() {
 		s.mu.Lock()
 		st, fresh := s.latest, s.fresh
 		s.fresh = false
@@ -120,17 +124,17 @@ func (s *service) loop(ctx context.Context) {
 			s.send(status)
 			dirty = true
 		}
-		if final && ready {
-			s.writeMetrics(last)
-		}
 	}
+	// The last snapshot is sent to systemd; the metrics file is removed
+	// rather than rewritten, as the instance has ended.
+	defer s.removeMetrics()
 	for {
 		select {
 		case <-ctx.Done():
-			handle(true)
+			handle()
 			return
 		case <-s.wake:
-			handle(false)
+			handle()
 		case <-tick.C:
 			if dirty {
 				dirty = false
@@ -158,7 +162,36 @@ func (s *service) writeMetrics(st daemon.Status) {
 		ThrottleSlept:  st.ThrottleSlept,
 		LastSuccess:    st.LastSuccess,
 	}); err != nil {
-		s.log.Warn("cannot write the metrics file", zap.Error(err))
+		// Once per run of failures: the service writes every second
+		// while the status changes, and an unwritable directory stays so.
+		if !s.metricsFailing {
+			s.metricsFailing = true
+			s.log.Warn("cannot write the metrics file; further failures are logged at debug level "+
+				"(the directory must exist and be writable by this user: see deploy/systemd/README.md, Metrics)",
+				zap.String("file", s.metrics.Path()), zap.Error(err))
+		} else {
+			s.log.Debug("metrics file still not written", zap.String("file", s.metrics.Path()), zap.Error(err))
+		}
+		return
+	}
+	s.metricsWritten = true
+	if s.metricsFailing {
+		s.metricsFailing = false
+		s.log.Info("metrics file written again", zap.String("file", s.metrics.Path()))
+	}
+}
+
+// removeMetrics removes the metrics file when the daemon ends, so that
+// node_exporter stops exporting a finished instance; only if this process
+// wrote it (a second daemon refused for the same transfer file must not
+// remove the first one's). A daemon that is killed leaves it behind: the
+// next instance replaces it, and the Slurm epilog removes it.
+func (s *service) removeMetrics() {
+	if s.metrics == nil || !s.metricsWritten {
+		return
+	}
+	if err := s.metrics.Remove(); err != nil {
+		s.log.Warn("cannot remove the metrics file", zap.String("file", s.metrics.Path()), zap.Error(err))
 	}
 }
 

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/scr-transferd/scr-transferd/daemon"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// TestMetricsWriteFailureLoggedOnce: a metrics directory the daemon cannot
+// write (Debian's /var/lib/prometheus/node-exporter is root:root 0755)
+// stays so; the service tries again at each tick with news, and must say
+// so once, not every second.
+func TestMetricsWriteFailureLoggedOnce(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	prom := filepath.Join(t.TempDir(), "missing-dir", "scr.prom")
+	s := startService(zap.New(core), "/dev/shm/u/scr.1/transfer.scrinfo", prom)
+	defer s.close()
+	deadline := time.Now().Add(2 * time.Minute)
+	for n := int64(0); ; n++ {
+		// A new snapshot each time, so that every tick has news to write.
+		s.onStatus(daemon.Status{State: transfer.Running, BytesCopied: n})
+		if w := logs.FilterLevelExact(zapcore.WarnLevel); w.Len() > 1 {
+			t.Fatalf("%d warnings for one unwritable metrics directory, want 1; the last: %v", w.Len(), w.All()[w.Len()-1])
+		}
+		if logs.FilterMessage("metrics file still not written").Len() >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 4 write attempts within 2 minutes; %d log entries", logs.Len())
+		}
+		time.Sleep(20 * time.Millisecond) // pacing the snapshots while polling for the attempts
+	}
+	if n := logs.FilterLevelExact(zapcore.WarnLevel).Len(); n != 1 {
+		t.Fatalf("%d warnings for one unwritable metrics directory, want 1: %v", n, logs.FilterLevelExact(zapcore.WarnLevel).All())
+	}
+	w := logs.FilterLevelExact(zapcore.WarnLevel).All()[0]
+	if w.ContextMap()["file"] != prom {
+		t.Errorf("the warning does not name the file: %v", w.ContextMap())
+	}
+
+	// Once the directory exists the next write succeeds, and says so.
+	if err := os.Mkdir(filepath.Dir(prom), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for logs.FilterMessage("metrics file written again").Len() == 0 {
+		s.onStatus(daemon.Status{State: transfer.Running, BytesCopied: -1})
+		if time.Now().After(deadline) {
+			t.Fatal("no successful write after the directory was made")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(prom); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMetricsFileRemovedWhenTheInstanceEnds: node_exporter must stop
+// exporting a finished daemon's figures.
+func TestMetricsFileRemovedWhenTheInstanceEnds(t *testing.T) {
+	prom := filepath.Join(t.TempDir(), "scr.prom")
+	s := startService(zap.NewNop(), "/dev/shm/u/scr.1/transfer.scrinfo", prom)
+	s.onStatus(daemon.Status{State: transfer.Stopped})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Stat(prom); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the metrics file was never written")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the file
+	}
+	s.onStatus(daemon.Status{State: transfer.Exiting})
+	s.close()
+	if _, err := os.Stat(prom); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("metrics file still there after the instance ended (%v)", err)
+	}
+}
+
+// TestMetricsFileOfAnotherProcessKept: a daemon that never wrote the file
+// (refused, say, because another one serves the transfer file) leaves it.
+func TestMetricsFileOfAnotherProcessKept(t *testing.T) {
+	prom := filepath.Join(t.TempDir(), "scr.prom")
+	if err := os.WriteFile(prom, []byte("# the running daemon's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startService(zap.NewNop(), "/dev/shm/u/scr.1/transfer.scrinfo", prom)
+	s.close()
+	if _, err := os.Stat(prom); err != nil {
+		t.Fatalf("another process's metrics file was removed: %v", err)
+	}
+}
