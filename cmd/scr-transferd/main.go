@@ -23,11 +23,11 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/prio"
 	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/internal/version"
 )
@@ -128,6 +128,10 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintln(os.Stdout, "scr-transferd", vi)
 		return 0
 	}
+	// Before anything else: on success this re-executes the program with
+	// the lowered priority, which every thread then inherits.
+	prioSettings := prio.Settings{Nice: o.nice, IOIdle: o.ioIdle}
+	_, prioErr := prio.Lower(prioSettings)
 	log, err := newLogger(o.logFormat, o.logLevel, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "scr-transferd: %v\n", err)
@@ -137,8 +141,10 @@ func run(args []string, stderr io.Writer) int {
 	o.cfg.Log = log
 	log.Info("scr-transferd starting", zap.String("version", vi.Version), zap.String("revision", vi.Revision),
 		zap.Bool("modified", vi.Modified), zap.String("go", vi.GoVersion), zap.Int("pid", os.Getpid()))
-	if err := lowerPriority(o.nice, o.ioIdle); err != nil {
-		log.Warn("cannot lower priority", zap.Error(err))
+	if prioErr != nil {
+		log.Warn("cannot lower the priority of every thread", zap.Stringer("wanted", prioSettings), zap.Error(prioErr))
+	} else if o.nice > 0 || o.ioIdle {
+		log.Info("priority lowered on every thread", zap.Int("nice_added", o.nice), zap.Bool("io_idle", o.ioIdle))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -209,27 +215,4 @@ func parseBytes(s string) (int, error) {
 		return 0, errors.New("want a positive whole byte count such as 1048576 or 1MB")
 	}
 	return int(v), nil
-}
-
-// lowerPriority makes the daemon yield to the application: a higher nice
-// value for CPU, and optionally the idle I/O class.
-func lowerPriority(nice int, ioIdle bool) error {
-	var errs []error
-	if nice > 0 {
-		cur, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
-		if err == nil {
-			// The raw syscall returns 20-nice.
-			err = unix.Setpriority(unix.PRIO_PROCESS, 0, min(20-cur+nice, 19))
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("nice: %w", err))
-		}
-	}
-	if ioIdle {
-		const ioprioClassIdle, ioprioClassShift, ioprioWhoProcess = 3, 13, 1
-		if _, _, e := unix.Syscall(unix.SYS_IOPRIO_SET, ioprioWhoProcess, 0, ioprioClassIdle<<ioprioClassShift); e != 0 {
-			errs = append(errs, fmt.Errorf("ioprio idle: %w", e))
-		}
-	}
-	return errors.Join(errs...)
 }
