@@ -91,7 +91,7 @@ type Config struct {
 type Status struct {
 	State          transfer.State
 	File           string  // source being copied, "" when idle
-	Rate           float64 // bytes/s made durable, averaged over the current file
+	Rate           float64 // bytes/s made durable, a moving average over the commits (internal/rate); 0 when idle
 	BytesCopied    int64   // bytes this process made durable since it started (monotonic)
 	BytesWritten   int64   // durable bytes of all files in the transfer file
 	BytesPending   int64   // bytes still to copy

@@ -15,6 +15,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/filewatch"
 	"github.com/scr-transferd/scr-transferd/internal/instance"
+	"github.com/scr-transferd/scr-transferd/internal/rate"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -41,6 +42,7 @@ type daemon struct {
 	lastOK    time.Time
 	lastShown Status
 	copied    atomic.Int64 // bytes made durable by this process, for metrics
+	meter     *rate.Meter  // the rate of copied while copying; nil while idle
 }
 
 type retry struct {
@@ -512,9 +514,16 @@ func (d *daemon) report() {
 		s.File = d.job.file.Src
 		n := d.job.durable.Load()
 		written += n - min(d.job.file.Written, d.job.file.Size)
-		if secs := time.Since(d.job.started).Seconds(); secs > 0 {
-			s.Rate = float64(n-d.job.from) / secs
+		// The rate is the one scr-ctl status shows too: a moving average
+		// over the commits, from the bytes made durable.
+		now := time.Now()
+		if d.meter == nil {
+			d.meter = rate.New(0)
 		}
+		d.meter.Observe(now, s.BytesCopied)
+		s.Rate, _ = d.meter.Rate(now)
+	} else {
+		d.meter = nil // an idle spell is not part of the next copy's rate
 	}
 	s.BytesWritten, s.BytesPending = written, max(size-written, 0)
 	for _, f := range d.view.Files {

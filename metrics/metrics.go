@@ -23,7 +23,7 @@ type Sample struct {
 	BytesCopied    int64         // bytes this daemon process made durable since it started (monotonic)
 	BytesDurable   int64         // bytes durable at their destinations, over the files in the transfer file
 	BytesPending   int64         // bytes still to copy
-	Rate           float64       // bytes/s of the copy under way, 0 when idle
+	Rate           float64       // bytes/s of the copy under way (internal/rate: the same estimate as scr-ctl status), 0 when idle
 	FilesInError   int           // files with an ERROR or a malformed entry
 	FilesWarned    int           // files flushed with a WARNING recorded
 	ThrottleSleeps uint64        // pauses imposed by BW or PERCENT since the start
@@ -73,7 +73,7 @@ func (t *Textfile) Render(s Sample) []byte {
 	series("scr_transferd_bytes_durable", "", float64(s.BytesDurable))
 	family("scr_transferd_bytes_pending", "gauge", "Bytes of the files listed in the transfer file still to be copied.")
 	series("scr_transferd_bytes_pending", "", float64(s.BytesPending))
-	family("scr_transferd_rate_bytes_per_second", "gauge", "Copy rate of the file being copied, averaged since its copy started; 0 when idle.")
+	family("scr_transferd_rate_bytes_per_second", "gauge", "Copy rate in bytes made durable per second, a moving average over the commits (time constant 10 s); 0 when idle.")
 	series("scr_transferd_rate_bytes_per_second", "", s.Rate)
 	family("scr_transferd_state", "gauge", "The daemon's STATE: 1 for the state it is in, 0 for the others.")
 	for _, st := range states {

@@ -185,31 +185,6 @@ func TestParseFlagsInterspersed(t *testing.T) {
 	}
 }
 
-func TestFormats(t *testing.T) {
-	for _, tc := range []struct {
-		d    time.Duration
-		want string
-	}{{0, "0s"}, {1499 * time.Millisecond, "1s"}, {65 * time.Second, "1m05s"}, {2*time.Hour + 5*time.Minute, "2h05m"}, {200 * time.Hour, "8d08h"}} {
-		if got := formatDuration(tc.d); got != tc.want {
-			t.Errorf("formatDuration(%v) = %q, want %q", tc.d, got, tc.want)
-		}
-	}
-	for _, tc := range []struct {
-		src, dest string
-		width     int
-		want      string
-	}{
-		{"/a/b", "/c/d", 0, "/a/b → /c/d"},
-		{"/a/b", "/c/d", 40, "/a/b → /c/d"},
-		{"/cache/x/rank_0.ckpt", "/pfs/y/rank_0.ckpt", 30, "…/rank_0.ckpt → …y/rank_0.ckpt"},
-		{"/s", "/pfs/long/path/to/rank_0.ckpt", 20, "/s → …to/rank_0.ckpt"},
-	} {
-		if got := pathPair(tc.src, tc.dest, tc.width); got != tc.want {
-			t.Errorf("pathPair(%q, %q, %d) = %q, want %q", tc.src, tc.dest, tc.width, got, tc.want)
-		}
-	}
-}
-
 // TestPrintMatchesKVTree prints files KVTree wrote and compares them with
 // KVTree's own printed form.
 func TestPrintMatchesKVTree(t *testing.T) {

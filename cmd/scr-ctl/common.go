@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"time"
 
 	"golang.org/x/term"
 
@@ -53,18 +52,4 @@ func terminalOf(w io.Writer) func() (bool, int, int) {
 		}
 		return true, cols, rows
 	}
-}
-
-// formatDuration writes d rounded to a second, in the largest two units.
-func formatDuration(d time.Duration) string {
-	s := int64(d.Round(time.Second) / time.Second)
-	switch {
-	case s < 60:
-		return fmt.Sprintf("%ds", s)
-	case s < 3600:
-		return fmt.Sprintf("%dm%02ds", s/60, s%60)
-	case s < 100*3600:
-		return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
-	}
-	return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
 }

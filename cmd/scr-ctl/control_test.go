@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/status"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -159,7 +160,7 @@ func TestStatusWatchFollowsAFlush(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("not a JSON line: %v: %s", err, sc.Bytes())
 		}
-		if r.Schema != statusSchema || len(r.Files) != 1 {
+		if r.Schema != status.Schema || len(r.Files) != 1 {
 			t.Fatalf("reading: %s", sc.Bytes())
 		}
 		if r.Totals.Written < lastWritten {

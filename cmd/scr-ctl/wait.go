@@ -208,7 +208,7 @@ func summaryText(first, final transfer.View, elapsed time.Duration) string {
 	_, before := first.Totals()
 	s := fmt.Sprintf("%d files, %s (%d bytes)", len(final.Files), units.IEC(float64(size)), size)
 	copied := max(written-before, 0)
-	took := formatDuration(elapsed)
+	took := status.FormatDuration(elapsed)
 	if elapsed < 10*time.Second {
 		took = fmt.Sprintf("%.1fs", elapsed.Seconds())
 	}

@@ -1,0 +1,162 @@
+package status
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/rate"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// Schema is the version of the JSON form; it changes only when a field
+// changes meaning or disappears.
+const Schema = 1
+
+// Report is one reading of a transfer file: what scr-ctl status shows, and
+// its JSON form.
+type Report struct {
+	Schema       int       `json:"schema"`
+	TransferFile string    `json:"transfer_file"`
+	Time         time.Time `json:"time"`     // when the file was read
+	State        string    `json:"state"`    // RUNNING, STOPPED, EXITING; "" if not recorded
+	Command      string    `json:"command"`  // RUN, STOP, EXIT, another value as written, or ""
+	Done         bool      `json:"done"`     // FLAG DONE is set
+	Complete     bool      `json:"complete"` // FLAG DONE and every file complete
+	BW           float64   `json:"bw"`       // bytes per second; 0 = unlimited
+	Percent      float64   `json:"percent"`  // 0 = unlimited
+	Totals       Totals    `json:"totals"`
+	Files        []File    `json:"files"`
+	Problems     []string  `json:"problems,omitempty"` // malformed top-level values
+}
+
+// Totals sums the sound files of a reading.
+type Totals struct {
+	Files    int   `json:"files"`
+	Complete int   `json:"complete"`
+	Pending  int64 `json:"pending"` // bytes left
+	InError  int   `json:"in_error"`
+	Size     int64 `json:"size"`
+	Written  int64 `json:"written"`
+	// Rate is the smoothed rate (rate.Meter) of WRITTEN; null when unknown.
+	Rate *float64 `json:"rate"`
+	ETA  *float64 `json:"eta_seconds"` // seconds left at Rate; null when unknown
+	// Elapsed is the time since the first reading of a watch; Average the
+	// bytes written per second over it. Null for a single reading.
+	Elapsed *float64 `json:"elapsed_seconds"`
+	Average *float64 `json:"average_rate"`
+}
+
+// File is one FILES entry of a reading.
+type File struct {
+	Source      string             `json:"source"`
+	Destination string             `json:"destination"`
+	Size        int64              `json:"size"`
+	Written     int64              `json:"written"`
+	State       transfer.FileState `json:"state"` // complete, pending, error or invalid
+	Rate        *float64           `json:"rate"`
+	ETA         *float64           `json:"eta_seconds"`
+	Error       string             `json:"error,omitempty"`   // the daemon's ERROR, or why the entry is invalid
+	CRC         string             `json:"crc,omitempty"`     // CRC32 recorded when complete, "0x…"
+	Warning     string             `json:"warning,omitempty"` // the daemon's WARNING about a flushed checkpoint
+}
+
+// Meter keeps the rate meters of successive readings of one transfer
+// file: one per file and one for the total.
+type Meter struct {
+	files map[string]*rate.Meter // by source, destination and size
+	total *rate.Meter
+}
+
+// NewMeter returns a Meter for a series of readings.
+func NewMeter() *Meter { return &Meter{files: map[string]*rate.Meter{}, total: rate.New(0)} }
+
+// Build turns a reading of the transfer file at time at into a report,
+// feeding m (nil: a single reading, without rates).
+func Build(path string, at time.Time, t *hashfile.Tree, m *Meter) Report {
+	v := transfer.Read(t)
+	r := Report{
+		Schema: Schema, TransferFile: path, Time: at,
+		State: string(v.State), Command: string(v.Command), Done: v.Done,
+		BW: v.BW, Percent: v.Percent, Files: []File{},
+	}
+	if v.Unknown != "" {
+		r.Command = v.Unknown
+	}
+	for _, p := range v.Problems {
+		r.Problems = append(r.Problems, p.Error())
+	}
+	seen := map[string]bool{}
+	for _, f := range v.Files {
+		fs := File{Source: f.Src, Destination: f.Dest, Size: f.Size, Written: f.Written, Error: f.Error, State: f.State(),
+			Warning: f.Warning}
+		if f.Problem != nil && fs.Error == "" {
+			fs.Error = "malformed FILES entry: " + f.Problem.Error()
+		}
+		if f.HasCRC && fs.State == transfer.StateComplete {
+			fs.CRC = hashfile.FormatCRC(f.CRC)
+		}
+		if f.Problem == nil {
+			r.Totals.Files++
+			if fs.State == transfer.StateComplete {
+				r.Totals.Complete++
+			}
+			if m != nil {
+				key := f.Src + "\x00" + f.Dest + "\x00" + fmt.Sprint(f.Size)
+				seen[key] = true
+				fm := m.files[key]
+				if fm == nil {
+					fm = rate.New(0)
+					m.files[key] = fm
+				}
+				fm.Observe(at, min(f.Written, f.Size))
+				fs.Rate = rateOf(fm, at)
+				fs.ETA = eta(f.Size-min(f.Written, f.Size), fs.Rate)
+			}
+		}
+		if fs.State == transfer.StateError || fs.State == transfer.StateInvalid {
+			r.Totals.InError++
+		}
+		r.Files = append(r.Files, fs)
+	}
+	r.Totals.Size, r.Totals.Written = v.Totals()
+	r.Totals.Pending = r.Totals.Size - r.Totals.Written
+	n := v.Count()
+	r.Complete = v.Done && n[transfer.StateComplete] == len(v.Files)
+	if m != nil {
+		for k := range m.files {
+			if !seen[k] {
+				delete(m.files, k)
+			}
+		}
+		m.total.Observe(at, r.Totals.Written)
+		r.Totals.Rate = rateOf(m.total, at)
+		r.Totals.ETA = eta(r.Totals.Pending, r.Totals.Rate)
+		if avg, ok := m.total.Average(); ok {
+			el := m.total.Elapsed(at).Seconds()
+			r.Totals.Elapsed, r.Totals.Average = &el, &avg
+		}
+	}
+	return r
+}
+
+func rateOf(m *rate.Meter, at time.Time) *float64 {
+	r, ok := m.Rate(at)
+	if !ok {
+		return nil
+	}
+	return &r
+}
+
+// eta returns the seconds needed for left bytes at rate, nil when unknown.
+func eta(left int64, rate *float64) *float64 {
+	if left == 0 {
+		z := 0.0
+		return &z
+	}
+	if rate == nil || *rate <= 0 {
+		return nil
+	}
+	s := float64(left) / *rate
+	return &s
+}
