@@ -75,9 +75,6 @@ func (e *FormatError) Error() string {
 	return fmt.Sprintf("%s: %s: %s (%s)", e.Path, e.Kind, e.Msg, e.Code)
 }
 
-// ftiSuffix ends the names FTI gives its checkpoint files.
-const ftiSuffix = ".fti"
-
 // streamBufSize is the size of the buffer that checksummed data is read
 // through; it is reused for every read of one Inspect call.
 const streamBufSize = 1 << 20
@@ -92,11 +89,14 @@ const streamBufSize = 1 << 20
 // The kind is decided by content. A file whose magic number is damaged is
 // still recognised when the rest of its structure is intact. FTI-FF has no
 // magic number: a file is FTI-FF when its file meta is found at or near its
-// end. An FTI-FF file cut before its meta began holds nothing but data, so
-// here alone the name counts, as a claim the content must back: a file
-// named *.fti with no FTI-FF meta is reported as a damaged FTI-FF file
-// (E_META_HASH) rather than flushed as a plain one. FTI's other I/O modes
-// use the same names; flush those with verification off.
+// end. An FTI-FF file cut before its meta began holds nothing but data, and
+// a SIONlib or LIME file whose magic was overwritten may show no structure
+// either, so a name that claims a format (see nameClaims: *.fti, *.sion,
+// *.lime, ...) counts as a claim the content must back: such a file whose
+// content matches no format is reported as a damaged file of the claimed
+// kind (E_META_HASH for FTI-FF, E_BAD_MAGIC otherwise) rather than flushed
+// as a plain one. FTI's other I/O modes use the same names; flush those with
+// verification off.
 //
 // A member of a multi-file SIONlib container is checked together with the
 // members present beside it; absent members are listed in Companions and
@@ -187,10 +187,9 @@ func inspectSource(s *source, fsys fileSystem) (*Report, error) {
 	case LIME:
 		err = inspectLIME(s, fsys, rep)
 	case Plain:
-		if strings.HasSuffix(path, ftiSuffix) {
-			rep.Kind = FTIFF
-			err = &FormatError{Path: path, Kind: FTIFF, Code: "E_META_HASH", Offset: max(s.size-ftiMetaSize, 0),
-				Msg: "named as an FTI checkpoint (*" + ftiSuffix + ") but no FTI-FF file meta ends it: truncated, or not written in FTI-FF mode (use --verify=off for FTI's other I/O modes)"}
+		if k, what, ok := claimedKind(path); ok {
+			rep.Kind = k
+			err = claimError(path, s.size, k, what)
 			break
 		}
 		rep.Ranges = wholeFile(s.size)

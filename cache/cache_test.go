@@ -30,7 +30,7 @@ func TestPlainFiles(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rep, err := inspectBytes(t, "data.sion", tc.data)
+			rep, err := inspectBytes(t, "data.bin", tc.data)
 			wantValid(t, rep, err, Plain)
 			n := int64(len(tc.data))
 			if rep.Size != n || rep.DataBytes != n || (n == 0) != (rep.Ranges == nil) {
@@ -53,8 +53,9 @@ func TestKindByContentNotName(t *testing.T) {
 		{"cfg.sion", scidacSingle(dims, field), LIME},
 		{"x.lime", sionFile, SION},
 		{"Ckpt2-Rank3.ckpt", pattern(4096, 1), Plain},
-		{"out.sion", []byte("plain"), Plain},
-		{"out.lime.vol0000", bytes.Repeat([]byte("a"), 300), Plain},
+		// A name claims a format only by its suffix (see TestNameClaims).
+		{"out.sion.bak", []byte("plain"), Plain},
+		{"out.lime.old", bytes.Repeat([]byte("a"), 300), Plain},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
