@@ -79,6 +79,22 @@ type Config struct {
 	// reads and writes to these directory prefixes.
 	AllowSrc, AllowDest []string
 
+	// FcntlSettle is, with fcntl locking, how long the transfer file must
+	// go without a change the daemon did not make before the daemon takes
+	// its lock: SCR up to 1.2 takes its fcntl lock with F_SETLK, without
+	// waiting, and fails outright when the daemon holds it right after the
+	// library's own write.
+	FcntlSettle time.Duration
+
+	// StrictModes refuses a group-writable transfer file or control
+	// directory too (by default they are accepted, as the library creates
+	// them under umask 002).
+	StrictModes bool
+
+	// Heartbeat, if set, records the progress of the loop and the copy for
+	// a watchdog; its period is how often an idle loop beats.
+	Heartbeat *Heartbeat
+
 	Log *zap.Logger
 
 	// OnStatus, if set, is called from the daemon's loop with a snapshot
@@ -100,6 +116,7 @@ type Status struct {
 	ThrottleSleeps uint64
 	ThrottleSlept  time.Duration
 	LastSuccess    time.Time // when a file last completed; zero if never
+	LockWaitSince  time.Time // since when the daemon waits for the transfer-file lock; zero if it does not
 }
 
 func (c *Config) setDefaults() {

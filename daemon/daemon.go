@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
@@ -31,13 +33,20 @@ type daemon struct {
 	throttle *flush.Throttle
 	copier   *flush.Copier
 
-	state     transfer.State // as recorded in the file
-	view      transfer.View  // last good view of the file
-	fileErr   string         // last error reading the transfer file, logged once
+	ctx       context.Context // the run's: cancelled by a signal
+	state     transfer.State  // as recorded in the file
+	view      transfer.View   // last good view of the file
+	fileErr   string          // last problem with the transfer file (fileErrKey), logged once
+	fileWrite bool            // fileErr is a failed rewrite: cleared only by a write that succeeds
+	fileRetry retry           // when to try the transfer file again while fileErr is set
+	wroteOK   atomic.Bool     // a commit rewrote the transfer file (worker, read by the loop)
+	lockSince atomic.Int64    // unix ns since when an access waits for the transfer-file lock; 0 if none
+	statusMu  sync.Mutex      // guards lastShown: the lock-wait hook reports from either goroutine
 	problems  map[string]bool
 	warned    map[string]string // WARNING last logged, by source path
 	retries   map[string]*retry // by source path
 	job       *job              // copy under way, nil when idle
+	beat      *Heartbeat
 	results   chan result
 	lastOK    time.Time
 	lastShown Status
@@ -109,6 +118,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	th := flush.NewThrottle()
 	d := &daemon{
+		ctx:      ctx,
+		beat:     cfg.Heartbeat,
 		cfg:      cfg,
 		log:      cfg.Log,
 		store:    store,
@@ -118,6 +129,14 @@ func Run(ctx context.Context, cfg Config) error {
 		warned:   map[string]string{},
 		retries:  map[string]*retry{},
 		results:  make(chan result, 1),
+	}
+	if d.beat == nil {
+		d.beat = NewHeartbeat(0)
+	}
+	d.beat.setWorkerGrace(2 * max(cfg.Flush.SyncInterval, flush.DefaultSyncInterval))
+	store.OnLockWait(d.lockWait)
+	if cfg.Locking == hashfile.Fcntl {
+		store.Settle(cfg.FcntlSettle)
 	}
 	return d.loop(ctx)
 }
@@ -134,6 +153,8 @@ func (d *daemon) loop(ctx context.Context) error {
 	retryTimer.Stop()
 	var progress <-chan time.Time
 	var progressTicker *time.Ticker
+	heartbeat := time.NewTicker(d.beat.every)
+	defer heartbeat.Stop()
 
 	d.log.Info("started", zap.String("transfer_file", d.cfg.TransferFile),
 		zap.String("instance_lock", instance.LockPath(d.cfg.TransferFile)), zap.Int("pid", os.Getpid()),
@@ -141,6 +162,7 @@ func (d *daemon) loop(ctx context.Context) error {
 	d.state = transfer.Stopped
 	d.sync(true)
 	for {
+		d.beat.loopBeat()
 		if d.state == transfer.Exiting && d.job == nil {
 			d.log.Info("exiting on the library's EXIT")
 			return nil
@@ -148,7 +170,10 @@ func (d *daemon) loop(ctx context.Context) error {
 		// Arm the retry timer for the earliest file waiting out its back-off.
 		// Not while the transfer file is unusable: the retry could not be
 		// taken, and a timer already due would fire again at once.
-		if at, ok := d.nextRetry(); ok && d.job == nil && d.state == transfer.Running && d.fileErr == "" {
+		// While the transfer file is unusable, retry it on its own back-off.
+		if d.fileErr != "" {
+			retryTimer.Reset(time.Until(d.fileRetry.at))
+		} else if at, ok := d.nextRetry(); ok && d.job == nil && d.state == transfer.Running {
 			retryTimer.Reset(time.Until(at))
 		}
 		// Report progress once a second while copying, never while idle.
@@ -170,6 +195,7 @@ func (d *daemon) loop(ctx context.Context) error {
 			d.sync(false)
 		case <-progress:
 			d.report()
+		case <-heartbeat.C:
 		case r := <-d.results:
 			d.finish(r)
 			d.sync(false)
@@ -177,20 +203,40 @@ func (d *daemon) loop(ctx context.Context) error {
 	}
 }
 
+// Bounds of a shutdown on a signal, so that it is answered within a
+// second whatever holds the daemon up: the copy gets stopWait to stop at a
+// consistent point, and recording EXITING gets exitingWait for the lock.
+const (
+	stopWait    = 400 * time.Millisecond
+	exitingWait = 300 * time.Millisecond
+)
+
 // shutdown stops the copy under way at a consistent point (WRITTEN covers
-// only durable bytes) and records EXITING.
+// only durable bytes) and records EXITING. Neither step waits for long: a
+// copy stuck in the kernel (a hung fsync) is left behind, its last commit
+// standing, and if another process holds the transfer-file lock EXITING is
+// not recorded; the log says so. WRITTEN only ever covers durable bytes,
+// so nothing recorded is wrong either way: the next daemon resumes from it.
 func (d *daemon) shutdown() error {
 	d.log.Info("signal received: stopping")
 	if d.job != nil {
 		d.job.cancel()
-		d.finish(<-d.results)
+		select {
+		case r := <-d.results:
+			d.finish(r)
+		case <-time.After(stopWait):
+			d.log.Warn("the copy did not stop in time; exiting without it (WRITTEN covers only durable bytes)",
+				zap.String("src", d.job.file.Src), zap.Duration("waited", stopWait))
+		}
 	}
 	d.state = transfer.Exiting
-	if _, _, err := d.store.Update(func(t *hashfile.Tree) error {
+	ctx, cancel := context.WithTimeout(context.Background(), exitingWait)
+	defer cancel()
+	if _, _, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
 		transfer.SetState(t, transfer.Exiting)
 		return nil
 	}); err != nil {
-		d.log.Error("cannot record EXITING", zap.Error(err))
+		d.log.Error("exiting without recording STATE EXITING", zap.Error(err))
 	}
 	d.report()
 	return nil
@@ -208,7 +254,7 @@ func (d *daemon) sync(first bool) {
 	var v transfer.View
 	var want, next transfer.State
 	var done bool
-	_, _, err := d.store.Update(func(t *hashfile.Tree) error {
+	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
 		v = transfer.Read(t)
 		for i := range v.Files {
 			if v.Files[i].Problem == nil {
@@ -232,12 +278,16 @@ func (d *daemon) sync(first bool) {
 		return nil
 	})
 	if err != nil {
-		d.fileError(err)
+		if d.ctx.Err() == nil {
+			d.fileError(err)
+		}
 		return
 	}
-	if d.fileErr != "" {
-		d.log.Info("transfer file readable again")
-		d.fileErr = ""
+	if wrote || d.wroteOK.Swap(false) || !d.fileWrite {
+		d.fileUsable()
+	} else {
+		// Read, but a rewrite still has to succeed: try again later.
+		d.fileRetry.at = time.Now().Add(d.fileRetry.delay)
 	}
 	d.applyLimits(v)
 	if next != d.state {
@@ -258,12 +308,44 @@ func (d *daemon) sync(first bool) {
 	d.report()
 }
 
-// fileError logs a problem with the transfer file once, until it changes.
+// fileError logs a problem with the transfer file once, until it changes,
+// and sets when to try again. A rewrite that failed (a full file system,
+// RLIMIT_FSIZE) left the old image intact; it is retried on the back-off.
 func (d *daemon) fileError(err error) {
-	if msg := err.Error(); msg != d.fileErr {
-		d.fileErr = msg
-		d.log.Error("cannot use the transfer file; keeping the last good view", zap.Error(err))
+	var we *hashfile.WriteError
+	write := errors.As(err, &we)
+	if key := fileErrKey(err); key != d.fileErr {
+		d.fileErr, d.fileWrite = key, write
+		if write {
+			d.log.Error("cannot rewrite the transfer file; its old image is intact, retrying", zap.Error(err))
+		} else {
+			d.log.Error("cannot use the transfer file; keeping the last good view", zap.Error(err))
+		}
 	}
+	r := &d.fileRetry
+	r.delay = min(max(r.delay*2, d.cfg.RetryMin), d.cfg.RetryMax)
+	r.at = time.Now().Add(r.delay)
+}
+
+// fileUsable ends a transfer-file problem.
+func (d *daemon) fileUsable() {
+	if d.fileErr != "" {
+		d.log.Info("transfer file readable again")
+		d.fileErr, d.fileWrite = "", false
+	}
+	d.fileRetry = retry{}
+}
+
+// fileErrKey is what makes two transfer-file problems the same one: the
+// system error of a failed rewrite (the byte counts in its message change
+// with every attempt), else the message.
+func fileErrKey(err error) string {
+	var we *hashfile.WriteError
+	var errno unix.Errno
+	if errors.As(err, &we) && errors.As(err, &errno) {
+		return "rewrite: " + errno.Error()
+	}
+	return err.Error()
 }
 
 // applyLimits hands BW and PERCENT to the throttle, keeping the last good
@@ -357,6 +439,7 @@ func (d *daemon) start(f transfer.File) {
 	j := &job{file: f, cancel: cancel, started: time.Now(), from: f.Written}
 	j.durable.Store(f.Written)
 	d.job = j
+	d.beat.workerStart()
 	d.log.Info("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
 		zap.Int64("size", f.Size), zap.Int64("from", f.Written))
 	go func() {
@@ -380,7 +463,11 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		if root == "" {
 			root = "/"
 		}
-		v = &checkpointVerifier{path: f.Src, root: root, pace: d.throttle.Pace}
+		pace := func(ctx context.Context) error {
+			d.beat.workerBeat()
+			return d.throttle.Pace(ctx)
+		}
+		v = &checkpointVerifier{path: f.Src, root: root, pace: pace}
 		fj.Verify = v
 	}
 	// The final commit records WRITTEN = SIZE, the CRC and the end of any
@@ -388,7 +475,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	// without its CRC.
 	commit := func(n int64, crc uint32) error {
 		ok := true
-		_, _, err := d.store.Update(func(t *hashfile.Tree) error {
+		_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
 			ok = transfer.SetWritten(t, f, n)
 			if ok && n == f.Size {
 				transfer.SetCRC(t, f, crc)
@@ -399,6 +486,10 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		})
 		if err != nil {
 			return fmt.Errorf("recording WRITTEN %d: %w", n, err)
+		}
+		d.beat.workerBeat()
+		if wrote {
+			d.wroteOK.Store(true)
 		}
 		if !ok {
 			return errEntryChanged
@@ -415,6 +506,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 // finish handles the end of a copy in the loop goroutine.
 func (d *daemon) finish(r result) {
 	d.job = nil
+	d.beat.workerStop()
 	r.job.cancel()
 	f := r.job.file
 	if r.res.Restarted != "" {
@@ -436,6 +528,11 @@ func (d *daemon) finish(r result) {
 			zap.Float64("mb_per_s", float64(f.Size-r.job.from)/1e6/max(secs, 1e-9)))
 	case r.err == nil:
 		// Stopped without an error: nothing to record.
+	case errors.As(r.err, new(*hashfile.WriteError)):
+		// The transfer file has no room for the progress: the copy waits,
+		// its partial copy kept, until the transfer file can be rewritten.
+		d.fileError(r.err)
+		d.backoff(f)
 	case errors.Is(r.err, context.Canceled):
 		d.log.Info("copy stopped", zap.String("src", f.Src), zap.Int64("written", r.job.durable.Load()))
 	case errors.Is(r.err, errEntryChanged):
@@ -448,6 +545,20 @@ func (d *daemon) finish(r result) {
 // fail records a file's error in the log and the transfer file and puts
 // the file on back-off.
 func (d *daemon) fail(f transfer.File, err error) {
+	r := d.backoff(f)
+	msg := err.Error()
+	d.log.Error("copy failed", zap.String("src", f.Src), zap.String("dest", f.Dest),
+		zap.Error(err), zap.Duration("retry_in", r.delay))
+	if _, _, uerr := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
+		transfer.SetError(t, f.Src, msg)
+		return nil
+	}); uerr != nil {
+		d.log.Error("cannot record ERROR in the transfer file", zap.String("src", f.Src), zap.Error(uerr))
+	}
+}
+
+// backoff puts a file on back-off before its next attempt.
+func (d *daemon) backoff(f transfer.File) *retry {
 	r := d.retries[f.Src]
 	if r == nil {
 		r = &retry{}
@@ -455,15 +566,7 @@ func (d *daemon) fail(f transfer.File, err error) {
 	}
 	r.delay = min(max(r.delay*2, d.cfg.RetryMin), d.cfg.RetryMax)
 	r.at = time.Now().Add(r.delay)
-	msg := err.Error()
-	d.log.Error("copy failed", zap.String("src", f.Src), zap.String("dest", f.Dest),
-		zap.Error(err), zap.Duration("retry_in", r.delay))
-	if _, _, uerr := d.store.Update(func(t *hashfile.Tree) error {
-		transfer.SetError(t, f.Src, msg)
-		return nil
-	}); uerr != nil {
-		d.log.Error("cannot record ERROR in the transfer file", zap.String("src", f.Src), zap.Error(uerr))
-	}
+	return r
 }
 
 func (d *daemon) nextRetry() (time.Time, bool) {
@@ -508,7 +611,7 @@ func (d *daemon) report() {
 	if d.cfg.OnStatus == nil {
 		return
 	}
-	s := Status{State: d.state, LastSuccess: d.lastOK, BytesCopied: d.copied.Load()}
+	s := Status{State: d.state, LastSuccess: d.lastOK, BytesCopied: d.copied.Load(), LockWaitSince: d.lockWaitSince()}
 	size, written := d.view.Totals()
 	if d.job != nil {
 		s.File = d.job.file.Src
@@ -536,8 +639,42 @@ func (d *daemon) report() {
 	}
 	ts := d.throttle.Stats()
 	s.ThrottleSleeps, s.ThrottleSlept = ts.Sleeps, ts.Slept
+	d.statusMu.Lock()
+	defer d.statusMu.Unlock()
 	if s != d.lastShown {
 		d.lastShown = s
 		d.cfg.OnStatus(s)
 	}
+}
+
+// lockWait is the transfer file's lock-wait hook: called from whichever
+// goroutine waits, it reports the wait (or its end) at once, on top of the
+// last snapshot, since a waiting loop cannot report.
+func (d *daemon) lockWait(since time.Time) {
+	if since.IsZero() {
+		d.lockSince.Store(0)
+	} else {
+		d.lockSince.Store(since.UnixNano())
+		d.log.Warn("waiting for the transfer-file lock, held by another process", zap.Time("since", since))
+	}
+	if d.cfg.OnStatus == nil {
+		return
+	}
+	d.statusMu.Lock()
+	defer d.statusMu.Unlock()
+	s := d.lastShown
+	s.LockWaitSince = d.lockWaitSince()
+	if s != d.lastShown {
+		d.lastShown = s
+		d.cfg.OnStatus(s)
+	}
+}
+
+// lockWaitSince is since when an access waits for the transfer-file lock,
+// or the zero time.
+func (d *daemon) lockWaitSince() time.Time {
+	if ns := d.lockSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }

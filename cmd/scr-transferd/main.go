@@ -67,6 +67,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, err
 	}
 	locking := fs.String("locking", "flock", "transfer-file lock: flock or fcntl (as KVTree was built)")
+	fs.DurationVar(&o.cfg.FcntlSettle, "fcntl-settle", 100*time.Millisecond, "with --locking=fcntl, let the transfer file go this long without a change the daemon did not make before locking it (SCR <= 1.2 fails on a busy fcntl lock)")
+	fs.BoolVar(&o.cfg.StrictModes, "strict-modes", false, "refuse a group-writable transfer file or control directory too")
 	fs.DurationVar(&o.cfg.Reread, "reread", reread, "read the transfer file at least this often (SCR_TRANSFER_SECS)")
 	fs.DurationVar(&o.cfg.Poll, "poll", time.Second, "check the transfer file's metadata this often on network, cluster and FUSE file systems, where inotify misses other nodes' writes")
 	fs.IntVar(&o.cfg.Flush.BufSize, "buf-size", bufSize, "bytes read and written at once (SCR_FILE_BUF_SIZE)")
@@ -151,6 +153,7 @@ func run(args []string, stderr io.Writer) int {
 	svc := startService(log, absPath(o.cfg.TransferFile), o.metrics)
 	defer svc.close()
 	o.cfg.OnStatus = svc.onStatus
+	o.cfg.Heartbeat = svc.beat
 	context.AfterFunc(ctx, svc.stopping)
 	err = daemon.Run(ctx, o.cfg)
 	svc.stopping()

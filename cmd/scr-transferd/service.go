@@ -29,6 +29,10 @@ type service struct {
 	log     *zap.Logger
 	metrics *metrics.Textfile // nil without --metrics-file
 	notify  func(state string) (bool, error)
+	// watchdog is systemd's WATCHDOG_USEC (0 without a watchdog); beat is
+	// the daemon's heartbeat, consulted before every WATCHDOG=1.
+	watchdog time.Duration
+	beat     *daemon.Heartbeat
 
 	mu     sync.Mutex
 	latest daemon.Status
@@ -58,6 +62,14 @@ func startService(log *zap.Logger, transferFile, metricsFile string) *service {
 	if metricsFile != "" {
 		s.metrics = metrics.NewTextfile(metricsFile, transferFile)
 	}
+	if d, err := sd.SdWatchdogEnabled(false); err != nil {
+		log.Warn("systemd watchdog settings unusable", zap.Error(err))
+	} else {
+		s.watchdog = d
+	}
+	// The idle loop beats four times per watchdog period, and a beat older
+	// than half the period stops the pings.
+	s.beat = daemon.NewHeartbeat(s.watchdog / 4)
 	go func() {
 		defer close(s.finished)
 		s.loop(ctx)
@@ -91,14 +103,13 @@ func (s *service) close() {
 
 func (s *service) loop(ctx context.Context) {
 	var watchdog <-chan time.Time
-	if d, err := sd.SdWatchdogEnabled(false); err != nil {
-		s.log.Warn("systemd watchdog settings unusable", zap.Error(err))
-	} else if d > 0 {
+	if d := s.watchdog; d > 0 {
 		t := time.NewTicker(d / 2)
 		defer t.Stop()
 		watchdog = t.C
 		s.log.Info("systemd watchdog", zap.Duration("timeout", d), zap.Duration("ping_every", d/2))
 	}
+	stalled := "" // what stopped the pings, logged once
 	tick := time.NewTicker(metricsEvery)
 	defer tick.Stop()
 	ready := false
@@ -141,7 +152,19 @@ func (s *service) loop(ctx context.Context) {
 				s.writeMetrics(last)
 			}
 		case <-watchdog:
-			s.send("WATCHDOG=1")
+			// Ping only while the loop and the copy make progress: a
+			// daemon stuck on a lock or in the kernel must be seen.
+			why := s.beat.Stalled(time.Now(), s.watchdog/2)
+			if why == "" {
+				if stalled != "" {
+					s.log.Info("watchdog pings resumed")
+					stalled = ""
+				}
+				s.send("WATCHDOG=1")
+			} else if stalled == "" {
+				stalled = why
+				s.log.Warn("watchdog: not pinging", zap.String("reason", why))
+			}
 		}
 	}
 }
@@ -205,7 +228,9 @@ func (s *service) send(state string) {
 // statusLine is the one-line STATUS= shown by systemctl status.
 func statusLine(st daemon.Status) string {
 	s := string(st.State)
-	if st.File != "" {
+	if !st.LockWaitSince.IsZero() {
+		s += ": waiting for the transfer-file lock held since " + st.LockWaitSince.Format(time.RFC3339)
+	} else if st.File != "" {
 		s += fmt.Sprintf(": copying %s at %s/s", st.File, units.IEC(st.Rate))
 	} else {
 		s += ": idle"

@@ -1,0 +1,204 @@
+package test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// holdLockEnv makes the test binary a process that holds the transfer
+// file's flock for 20 s, as a library stuck in a long update would.
+const holdLockEnv = "SCR_TEST_HOLD_LOCK"
+
+func init() {
+	if path := os.Getenv(holdLockEnv); path != "" {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err == nil {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		}
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println("locked")
+		time.Sleep(20 * time.Second) // the holder's behaviour, not a wait for a condition
+		os.Exit(0)
+	}
+}
+
+// holdTransferLock starts a process holding the transfer file's lock for
+// 20 s; the returned function ends it early.
+func holdTransferLock(t *testing.T, path string) (release func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holdLockEnv+"="+path)
+	out, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	release = func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	t.Cleanup(release)
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "locked\n" {
+		t.Fatalf("lock holder: %q", line)
+	}
+	return release
+}
+
+// notifySocket listens on a unixgram socket as systemd does for
+// sd_notify and delivers each datagram.
+func notifySocket(t *testing.T, path string) <-chan string {
+	t.Helper()
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	must(t, err)
+	t.Cleanup(func() { conn.Close() })
+	ch := make(chan string, 1024)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				close(ch)
+				return
+			}
+			for _, m := range strings.Split(string(buf[:n]), "\n") {
+				ch <- m
+			}
+		}
+	}()
+	return ch
+}
+
+// awaitNote waits for a notification matching ok.
+func awaitNote(t *testing.T, notes <-chan string, what string, ok func(string) bool) string {
+	t.Helper()
+	deadline := time.After(settle)
+	for {
+		select {
+		case m, open := <-notes:
+			if !open {
+				t.Fatalf("notify socket closed waiting for %s", what)
+			}
+			if ok(m) {
+				return m
+			}
+		case <-deadline:
+			t.Fatalf("no %s within %v", what, settle)
+		}
+	}
+}
+
+// startEnv is node.start with extra environment variables.
+func (n *node) startEnv(env []string, flags ...string) *proc {
+	n.t.Helper()
+	args := append([]string{"--retry-min=100ms", "--retry-max=500ms"}, flags...)
+	args = append(args, n.transfer)
+	cmd := exec.Command(filepath.Join(binDir, "scr-transferd"), args...)
+	// A binary built with -race sleeps a second at exit (the race
+	// runtime's atexit_sleep_ms) unless told not to.
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
+	p := &proc{t: n.t, cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	n.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if n.t.Failed() {
+			n.t.Logf("daemon log:\n%s", p.log.String())
+		}
+	})
+	return p
+}
+
+// TestLibraryHoldsTheLock: another process holds the transfer file's lock
+// for 20 s while the daemon copies. STATUS= says the daemon waits for it,
+// the watchdog stops pinging (the loop and the copy make no progress), and
+// SIGTERM is answered within a second; once the lock is free again a new
+// daemon finishes the flush.
+func TestLibraryHoldsTheLock(t *testing.T) {
+	n := newNode(t)
+	src, data := n.checkpoint("a.ckpt", 8*mib)
+	n.add(src, n.dest("a.ckpt"))
+	n.library(func(tr *hashfile.Tree) {
+		transfer.SetBW(tr, slowBW)
+		transfer.SetCommand(tr, transfer.Run)
+	})
+	const watchdog = time.Second
+	notes := notifySocket(t, filepath.Join(n.root, "notify.sock"))
+	d := n.startEnv([]string{
+		"NOTIFY_SOCKET=" + filepath.Join(n.root, "notify.sock"),
+		fmt.Sprintf("WATCHDOG_USEC=%d", watchdog.Microseconds()),
+	}, "--sync-interval=100ms", "--reread=200ms")
+	n.waitFor("bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 })
+	for range 2 {
+		awaitNote(t, notes, "WATCHDOG=1 while healthy", func(m string) bool { return m == "WATCHDOG=1" })
+	}
+
+	release := holdTransferLock(t, n.transfer)
+	status := awaitNote(t, notes, "STATUS= saying the daemon waits for the lock", func(m string) bool {
+		return strings.Contains(m, "waiting for the transfer-file lock held since")
+	})
+	t.Logf("%s", status)
+	// systemd restarts a service that sends no WATCHDOG=1 for WATCHDOG_USEC:
+	// the pings must stop, leaving a gap of twice that while the lock is held.
+	last := time.Now()
+	deadline := time.Now().Add(settle)
+	for gap := false; !gap; {
+		select {
+		case m := <-notes:
+			if m == "WATCHDOG=1" {
+				last = time.Now()
+			}
+		case <-time.After(10 * time.Millisecond):
+		}
+		gap = time.Since(last) >= 2*watchdog
+		if !gap && time.Now().After(deadline) {
+			t.Fatal("the watchdog kept pinging while the daemon was stuck on the lock")
+		}
+	}
+
+	sent := time.Now()
+	d.signal(syscall.SIGTERM)
+	code := d.wait(settle)
+	took := time.Since(sent)
+	t.Logf("SIGTERM answered in %v", took)
+	if code != 0 {
+		t.Fatalf("exit code %d on SIGTERM", code)
+	}
+	if took > time.Second {
+		t.Fatalf("SIGTERM answered after %v while the lock was held, want within 1 s", took)
+	}
+	if !strings.Contains(d.log.String(), "exiting without recording STATE EXITING") {
+		t.Fatalf("the log does not say EXITING could not be recorded:\n%s", d.log.String())
+	}
+	release()
+
+	v := n.view()
+	durablePrefixOK(t, v.Files[0], data)
+	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
+	n.start()
+	v = n.waitFor("DONE after the lock was released", settle, done)
+	checkFlushed(t, v, map[string][]byte{src: data})
+}
