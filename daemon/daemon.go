@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.Insecure {
 		store.Guard(transferFileGuard)
 		var r *refusal
-		if _, err := store.Read(); errors.As(err, &r) || errors.Is(err, hashfile.ErrSymlink) {
+		if _, err := store.ReadContext(ctx); errors.As(err, &r) || errors.Is(err, hashfile.ErrSymlink) {
 			return err
 		}
 	}
