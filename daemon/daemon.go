@@ -404,7 +404,11 @@ func (d *daemon) confine(f transfer.File) error {
 // way when the state or its entry no longer calls for it.
 func (d *daemon) schedule(v transfer.View, want transfer.State) {
 	if d.job != nil {
-		if want != transfer.Running || !d.stillWanted(v, d.job.file) {
+		if want != transfer.Running {
+			d.job.cancel()
+		} else if why := d.stillWanted(v, d.job); why != "" {
+			d.log.Warn("copy abandoned: "+why, zap.String("src", d.job.file.Src),
+				zap.Int64("daemon_written", d.job.durable.Load()))
 			d.job.cancel()
 		}
 		return
@@ -425,13 +429,28 @@ func (d *daemon) schedule(v transfer.View, want transfer.State) {
 	}
 }
 
-func (d *daemon) stillWanted(v transfer.View, f transfer.File) bool {
+// stillWanted returns why the copy under way must stop because of its
+// FILES entry, "" if it need not. The entry must still name the same
+// DESTINATION and SIZE, be acceptable, and hold the WRITTEN the copy last
+// recorded: a WRITTEN the library set (a reset, a re-added entry) wins over
+// the copy's progress, and the file is copied again from there.
+func (d *daemon) stillWanted(v transfer.View, j *job) string {
+	f := j.file
 	for _, g := range v.Files {
-		if g.Src == f.Src {
-			return g.Dest == f.Dest && g.Size == f.Size && g.Problem == nil
+		if g.Src != f.Src {
+			continue
 		}
+		switch {
+		case g.Dest != f.Dest || g.Size != f.Size:
+			return "the library changed the FILES entry's DESTINATION or SIZE"
+		case g.Problem != nil:
+			return "the FILES entry is refused now"
+		case g.Written != j.durable.Load():
+			return fmt.Sprintf("the library set WRITTEN to %d (removed, re-added or reset the entry); its value wins", g.Written)
+		}
+		return ""
 	}
-	return false
+	return "the library removed the FILES entry"
 }
 
 func (d *daemon) start(f transfer.File) {
@@ -472,19 +491,32 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	}
 	// The final commit records WRITTEN = SIZE, the CRC and the end of any
 	// ERROR in one update, so that no crash can leave a complete file
-	// without its CRC.
+	// without its CRC. A commit changes WRITTEN only while the entry holds
+	// what this copy last recorded (or read at its start): if the library
+	// reset it or re-added the entry, its value wins and the copy stops.
 	commit := func(n int64, crc uint32) error {
 		ok := true
+		var prev int64
 		_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
-			ok = transfer.SetWritten(t, f, n)
+			prev = j.durable.Load()
+			ok = transfer.SetWrittenFrom(t, f, prev, n)
 			if ok && n == f.Size {
 				transfer.SetCRC(t, f, crc)
 				transfer.SetError(t, f.Src, "")
 				transfer.SetWarning(t, f.Src, v.warnings())
 			}
+			if ok {
+				// Under the file's lock, so that the loop, comparing the
+				// entry with durable under the same lock, never takes this
+				// commit for a change made by the library.
+				j.durable.Store(n)
+			}
 			return nil
 		})
 		if err != nil {
+			if ok {
+				j.durable.Store(prev)
+			}
 			return fmt.Errorf("recording WRITTEN %d: %w", n, err)
 		}
 		d.beat.workerBeat()
@@ -494,7 +526,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		if !ok {
 			return errEntryChanged
 		}
-		if prev := j.durable.Swap(n); n > prev {
+		if n > prev {
 			d.copied.Add(n - prev)
 		}
 		return nil
@@ -536,7 +568,14 @@ func (d *daemon) finish(r result) {
 	case errors.Is(r.err, context.Canceled):
 		d.log.Info("copy stopped", zap.String("src", f.Src), zap.Int64("written", r.job.durable.Load()))
 	case errors.Is(r.err, errEntryChanged):
-		d.log.Info("copy abandoned: entry removed or replaced", zap.String("src", f.Src))
+		d.log.Warn("copy abandoned: the library removed or changed the FILES entry (removed, re-added or WRITTEN reset); its values win",
+			zap.String("src", f.Src), zap.Int64("daemon_written", r.job.durable.Load()))
+	case errors.Is(r.err, flush.ErrSourceReplaced):
+		// Not an ERROR: the library may rewrite a source it asked to flush;
+		// the new version is copied from 0 after the shortest back-off.
+		d.log.Warn("source replaced or rewritten during the copy: copying it again from 0",
+			zap.String("src", f.Src), zap.Error(r.err))
+		d.retries[f.Src] = &retry{delay: 0, at: time.Now().Add(d.cfg.RetryMin)}
 	default:
 		d.fail(f, r.err)
 	}

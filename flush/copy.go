@@ -204,9 +204,14 @@ type run struct {
 	base, tmpName    string // final components of dst and tmpPath, in dir
 	src, tmp, dir    int    // file descriptors (dir: dst's directory), -1 when closed
 	srcStat          unix.Stat_t
-	srcFile          *os.File  // a duplicate of src handed to job.Verify, nil if none
-	check            Check     // job.Verify's check of this copy, nil if none
-	seg              segmenter // over the source
+	srcFile          *os.File    // a duplicate of src handed to job.Verify, nil if none
+	check            Check       // job.Verify's check of this copy, nil if none
+	srcID            identity    // the source as opened: checked at every commit and before publishing
+	srcPlace         place       // the source's path, looked up afresh at each check
+	tmpPlace         place       // the partial copy's path, likewise
+	dstPlace         place       // DESTINATION, looked up once published
+	tmpStat          unix.Stat_t // the partial copy as opened, to tell it from a file put in its place
+	seg              segmenter   // over the source
 
 	pos      int64 // data before pos is written to the partial copy
 	crc      uint32
@@ -238,6 +243,16 @@ func (r *run) do() error {
 	}
 	if s := filepath.Clean(job.Src); s == r.dst || s == r.tmpPath {
 		return fmt.Errorf("%s: %w: the destination is the source itself", r.dstName, ErrInvalidJob)
+	}
+	var err error
+	if r.srcPlace, err = newPlace(job.Src, job.SrcRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.srcName, err)
+	}
+	if r.tmpPlace, err = newPlace(r.tmpPath, job.DstRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.dstName, err)
+	}
+	if r.dstPlace, err = newPlace(r.dst, job.DstRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.dstName, err)
 	}
 	if job.Ranges != nil {
 		rs, err := normalizeRanges(r.c.ranges, job.Ranges, job.Size)
@@ -298,6 +313,7 @@ func (r *run) openSource() error {
 	if err := unix.Fstat(fd, &r.srcStat); err != nil {
 		return osErr(r.srcName, "cannot stat", err)
 	}
+	r.srcID = identityOf(&r.srcStat)
 	if r.srcStat.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s: %w: it is %s", r.srcName, ErrNotRegular, fileKind(r.srcStat.Mode))
 	}
@@ -398,12 +414,26 @@ func (r *run) resume() (ok bool, why string, err error) {
 		return false, "", osErr(r.dstName, "cannot open partial copy "+r.tmpPath, err)
 	}
 	r.tmp = fd
+	if err := r.lockTemp(); err != nil {
+		return false, "", err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, "", osErr(r.dstName, "cannot stat partial copy "+r.tmpPath, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return false, "", fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName, r.tmpPath, ErrNotRegular, fileKind(st.Mode))
+	}
+	r.tmpStat = st
+	// The bytes of the partial copy are the source's only if the source is
+	// still the file they were read from, which no daemon may have watched.
+	switch rec, ok := recordedIdentity(fd); {
+	case !ok:
+		_ = r.closeTemp()
+		return false, fmt.Sprintf("partial copy %s carries no record of the source it was read from", r.tmpPath), nil
+	case rec != r.srcID.record():
+		_ = r.closeTemp()
+		return false, fmt.Sprintf("the source changed since partial copy %s was written (it is now %s)", r.tmpPath, r.srcID), nil
 	}
 	if st.Size < w {
 		_ = r.closeTemp()
@@ -436,11 +466,16 @@ func (r *run) resume() (ok bool, why string, err error) {
 
 // createTemp creates (or empties) the partial copy and its directories.
 func (r *run) createTemp() error {
-	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, 0o666)
+	// Not O_TRUNC: a partial copy another process holds locked must not be
+	// touched, so it is emptied only once its lock is taken.
+	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW, 0o666)
 	if err != nil {
 		return osErr(r.dstName, "cannot create partial copy "+r.tmpPath, err)
 	}
 	r.tmp = fd
+	if err := r.lockTemp(); err != nil {
+		return err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return osErr(r.dstName, "cannot stat partial copy "+r.tmpPath, err)
@@ -448,6 +483,13 @@ func (r *run) createTemp() error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName, r.tmpPath, ErrNotRegular, fileKind(st.Mode))
 	}
+	if st.Size > 0 {
+		if err := ftruncate(fd, 0); err != nil {
+			return osErr(r.dstName, "cannot empty partial copy "+r.tmpPath, err)
+		}
+	}
+	r.tmpStat = st
+	recordIdentity(fd, r.srcID)
 	r.dirsPending = true
 	r.tempSize, r.pos, r.crc, r.crcPos, r.kicked, r.dropped = 0, 0, 0, 0, 0, 0
 	r.res.Written = 0
@@ -527,6 +569,12 @@ func (r *run) syncCommit() error {
 	if err := r.checkTempLinked(); err != nil {
 		return err
 	}
+	if err := r.checkTempPlace(); err != nil {
+		return err
+	}
+	if err := r.checkSource(); err != nil {
+		return err
+	}
 	r.res.Written = r.pos
 	if err := r.commit(r.pos, r.crc); err != nil {
 		return fmt.Errorf("%s: recording %d bytes durable: %w", r.srcName, r.pos, err)
@@ -547,6 +595,68 @@ func (r *run) checkTempLinked() error {
 		_ = r.closeTemp()
 		r.forget()
 		return fmt.Errorf("%s: %w: partial copy %s was removed or replaced during the copy", r.dstName, ErrDestinationChanged, r.tmpPath)
+	}
+	return nil
+}
+
+// lockTemp takes the partial copy's lock (see lockPartial).
+func (r *run) lockTemp() error {
+	switch err := lockPartial(r.tmp); {
+	case errors.Is(err, ErrPartialLocked):
+		_ = r.closeTemp()
+		return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName, r.tmpPath, err)
+	case err != nil:
+		_ = r.closeTemp()
+		return osErr(r.dstName, "cannot lock partial copy "+r.tmpPath, err)
+	}
+	return nil
+}
+
+// checkTempPlace fails if the partial copy's path, looked up afresh from
+// the root, no longer leads to the file being written: its directory was
+// renamed away (and perhaps recreated), so the bytes are not where
+// DESTINATION says. The partial copy, in the moved directory, is removed.
+func (r *run) checkTempPlace() error {
+	var st unix.Stat_t
+	err := r.tmpPlace.stat(&st)
+	if err == nil && sameFile(&st, &r.tmpStat) {
+		return nil
+	}
+	detail := "leads to another file"
+	if err != nil {
+		detail = fmt.Sprintf("cannot be looked up (%v)", err)
+	}
+	return fmt.Errorf("%s: %w: %s %s, not to the partial copy being written%s",
+		r.dstName, ErrDestinationMoved, r.tmpPath, detail, r.discardTemp())
+}
+
+// checkSource fails unless the source is still the file the copy started
+// from: same size, unmodified (fstat of the descriptor), and still the file
+// its path leads to (a fresh lookup, beneath the root when confined, so
+// that a replacement by rename shows). A size that no longer matches SIZE
+// is ErrSourceChanged; any other difference ErrSourceReplaced. Either way
+// the partial copy, which may mix two versions, is discarded.
+func (r *run) checkSource() error {
+	var st unix.Stat_t
+	if err := unix.Fstat(r.src, &st); err != nil {
+		return osErr(r.srcName, "cannot stat", err)
+	}
+	now := identityOf(&st)
+	if now.size != r.job.Size {
+		return r.sourceChanged(fmt.Sprintf("it now holds %d bytes, SIZE is %d", now.size, r.job.Size))
+	}
+	var fresh unix.Stat_t
+	err := r.srcPlace.stat(&fresh)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return r.sourceReplaced("it was removed from its path")
+	case err != nil:
+		return osErr(r.srcName, "cannot look up", err)
+	case !sameFile(&fresh, &st):
+		return r.sourceReplaced(r.srcID.differs(identityOf(&fresh)))
+	}
+	if why := r.srcID.differs(now); why != "" {
+		return r.sourceReplaced(why)
 	}
 	return nil
 }
@@ -606,15 +716,8 @@ func (r *run) finish() error {
 	if err := r.syncTemp(size); err != nil {
 		return err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(r.src, &st); err != nil {
-		return osErr(r.srcName, "cannot stat", err)
-	}
-	if st.Size != size {
-		return r.sourceChanged(fmt.Sprintf("it now holds %d bytes, SIZE is %d", st.Size, size))
-	}
-	if st.Mtim != r.srcStat.Mtim {
-		return r.sourceChanged("it was modified while being copied")
+	if err := r.checkSource(); err != nil {
+		return err
 	}
 	if r.check != nil {
 		// Publishing waits for the verdict on the bytes copied.
@@ -634,15 +737,39 @@ func (r *run) finish() error {
 				r.dstName, ErrVerifyMismatch, got, r.crc, r.discardTemp())
 		}
 	}
-	if err := r.closeTemp(); err != nil {
-		return osErr(r.dstName, "cannot close partial copy "+r.tmpPath, err)
+	// Publish by name, so first make sure the name is still ours and still
+	// where DESTINATION leads; the lock is kept until the rename is done,
+	// so no other writer can empty the file in between.
+	if err := r.checkTempLinked(); err != nil {
+		return err
 	}
+	if err := r.checkTempPlace(); err != nil {
+		return err
+	}
+	dropIdentity(r.tmp)
 	if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
 		return osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
 	}
 	r.dirsPending = true
 	if err := r.syncDirs(); err != nil {
 		return err
+	}
+	// The destination is where it says: DESTINATION, resolved afresh from
+	// the root, must be the file just published.
+	var st unix.Stat_t
+	if err := r.dstPlace.stat(&st); err != nil || !sameFile(&st, &r.tmpStat) {
+		detail := "leads to another file"
+		if err != nil {
+			detail = fmt.Sprintf("cannot be looked up (%v)", err)
+		}
+		_ = r.closeTemp()
+		r.forget()
+		return fmt.Errorf("%s: %w: after publishing, %s %s; the copy went to the directory's old place and is not recorded",
+			r.dstName, ErrDestinationMoved, r.dst, detail)
+	}
+	if err := r.closeTemp(); err != nil {
+		r.forget()
+		return osErr(r.dstName, "cannot close partial copy "+r.tmpPath, err)
 	}
 	r.res = Result{Written: size, CRC: r.crc, Complete: true, Restarted: r.res.Restarted}
 	if err := r.commit(size, r.crc); err != nil {
@@ -663,15 +790,30 @@ func (r *run) sourceChanged(detail string) error {
 	return fmt.Errorf("%s: %w: %s%s", r.srcName, ErrSourceChanged, detail, r.discardTemp())
 }
 
+// sourceReplaced is sourceChanged for ErrSourceReplaced.
+func (r *run) sourceReplaced(detail string) error {
+	return fmt.Errorf("%s: %w: %s%s", r.srcName, ErrSourceReplaced, detail, r.discardTemp())
+}
+
 // discardTemp removes the partial copy so that the next Copy starts over,
-// and returns a note for the error message.
+// and returns a note for the error message. The name is removed only while
+// it still leads to the file this copy wrote: a file someone put in its
+// place is not this copy's to remove.
 func (r *run) discardTemp() string {
-	_ = r.closeTemp()
-	if err := unix.Unlinkat(r.dir, r.tmpName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Sprintf(" (removing partial copy %s failed: %v)", r.tmpPath, err)
+	note := "; the partial copy was removed"
+	if r.tmp >= 0 {
+		var st unix.Stat_t
+		err := unix.Fstatat(r.dir, r.tmpName, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil && sameFile(&st, &r.tmpStat) {
+			err = unix.Unlinkat(r.dir, r.tmpName, 0)
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			note = fmt.Sprintf(" (removing partial copy %s failed: %v)", r.tmpPath, err)
+		}
 	}
+	_ = r.closeTemp()
 	r.forget()
-	return "; the partial copy was removed"
+	return note
 }
 
 // forget records that no byte of the copy is durable any more (the partial

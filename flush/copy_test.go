@@ -125,7 +125,7 @@ func TestResume(t *testing.T) {
 			want := randBytes(size, uint64(100+i))
 			writeFile(t, src, want)
 			partial := append(bytes.Clone(want[:tc.written]), randBytes(tc.extra, 99)...)
-			writeFile(t, TempPath(dst), partial)
+			writePartial(t, dst, src, partial)
 			log := newCommitLog(t, want, dst)
 			res, err := NewCopier(nil, Options{BufSize: 256 << 10, SyncBytes: 512 << 10, VerifyAfter: tc.verify}).
 				Copy(context.Background(), Job{Src: src, Dst: dst, Size: size, Written: tc.written}, log.commit)
@@ -164,7 +164,7 @@ func TestResumeImpossibleRestarts(t *testing.T) {
 			want := randBytes(size, uint64(200+i))
 			writeFile(t, src, want)
 			if tc.partial >= 0 {
-				writeFile(t, TempPath(dst), randBytes(tc.partial, 5))
+				writePartial(t, dst, src, randBytes(tc.partial, 5))
 			}
 			log := newCommitLog(t, want, dst)
 			res, err := NewCopier(nil, Options{BufSize: 64 << 10, SyncBytes: 256 << 10}).
@@ -529,7 +529,13 @@ func TestSourceChangesDuringCopy(t *testing.T) {
 			if err := os.Truncate(src, 1<<20); err != nil {
 				t.Fatal(err)
 			}
-		}, "ended at byte 1048576"},
+		}, "holds 1048576 bytes"},
+		{"replaced by a rename, same size", func(t *testing.T, src string) {
+			writeFile(t, src+".new", randBytes(size, 77))
+			if err := os.Rename(src+".new", src); err != nil {
+				t.Fatal(err)
+			}
+		}, "another file now"},
 		{"grown", func(t *testing.T, src string) {
 			f, err := os.OpenFile(src, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
@@ -702,7 +708,7 @@ func TestVerifyDetectsCorruptPartialCopy(t *testing.T) {
 	writeFile(t, src, want)
 	partial := bytes.Clone(want[:1<<20])
 	partial[12345] ^= 0x40
-	writeFile(t, TempPath(dst), partial)
+	writePartial(t, dst, src, partial)
 	c := NewCopier(nil, Options{VerifyAfter: true})
 	res, err := c.Copy(context.Background(), Job{Src: src, Dst: dst, Size: size, Written: 1 << 20}, nil)
 	if !errors.Is(err, ErrVerifyMismatch) {
@@ -778,14 +784,19 @@ func TestNoAllocPerChunk(t *testing.T) {
 					t.Fatal(err)
 				}
 				job := Job{Src: src, Dst: filepath.Join(dir, "out"), Size: st.Size()}
-				return testing.AllocsPerRun(3, func() {
+				return testing.AllocsPerRun(10, func() {
 					if _, err := c.Copy(context.Background(), job, func(int64, uint32) error { return nil }); err != nil {
 						t.Fatal(err)
 					}
 				})
 			}
 			a, b := allocs(small), allocs(big)
-			if b > a {
+			// The runtime's own allocations (a new OS thread, three
+			// allocations, when a blocking system call hands its P off, more
+			// likely under -race) are counted too: averaged over ten runs,
+			// allow a few, fewer than the 12 more batches and 96 more chunks
+			// of the big copy would add.
+			if b > a+3 {
 				t.Errorf("%v allocations for 32 chunks, %v for 128 chunks", a, b)
 			}
 			if s := th.Stats(); mode != "unthrottled" && s.Sleeps == 0 {

@@ -15,6 +15,18 @@ var (
 	ErrSizeMismatch = errors.New("size differs from SIZE in the transfer file")
 	// ErrSourceChanged: the source shrank, grew or was modified while it was copied.
 	ErrSourceChanged = errors.New("changed during the copy")
+	// ErrSourceReplaced: the source is not the file the copy started from
+	// any more, though it may hold SIZE bytes: it was replaced (by a rename
+	// or a new file at its path) or rewritten. It wraps ErrSourceChanged.
+	// The partial copy is discarded; copying again from 0 is the remedy.
+	ErrSourceReplaced = fmt.Errorf("%w: replaced or rewritten", ErrSourceChanged)
+	// ErrDestinationMoved: DESTINATION, looked up afresh, no longer leads to
+	// the file the copy wrote (its directory was renamed away, perhaps
+	// recreated): nothing is recorded complete, the copy is made again.
+	ErrDestinationMoved = errors.New("destination directory moved during the copy")
+	// ErrPartialLocked: another process holds the lock of the partial copy,
+	// so it is writing the same DESTINATION.
+	ErrPartialLocked = errors.New("the partial copy is locked by another process writing the same DESTINATION")
 	// ErrNotRegular: the source (or the partial copy) is not a regular file.
 	ErrNotRegular = errors.New("not a regular file")
 	// ErrDestinationChanged: the partial copy was removed or replaced by

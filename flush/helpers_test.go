@@ -38,6 +38,20 @@ func writeFile(t testing.TB, path string, data []byte) {
 	}
 }
 
+// writePartial writes data as the partial copy of dst made from src: with
+// the record of src's identity that a Copy would have kept on it.
+func writePartial(t testing.TB, dst, src string, data []byte) {
+	t.Helper()
+	writeFile(t, TempPath(dst), data)
+	var st unix.Stat_t
+	if err := unix.Stat(src, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(TempPath(dst), identityXattr, []byte(identityOf(&st).record()), 0); err != nil {
+		t.Skipf("no user extended attributes here (%v): a partial copy cannot be resumed", err)
+	}
+}
+
 // writeSparse creates a file of size bytes holding data only in ranges
 // (filled from seed) and returns its full content, holes as zeros. It skips
 // the test when the file system does not keep the holes.
