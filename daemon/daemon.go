@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	store := hashfile.NewStore(path, cfg.Locking)
 	if !cfg.Insecure {
-		if err := checkControlDir(filepath.Dir(path)); err != nil {
+		if err := checkControlDir(filepath.Dir(path), cfg.StrictModes); err != nil {
 			return err
 		}
 	}
@@ -109,8 +109,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer inst.Close()
+	if err := createTransferFile(path, cfg.StrictModes); err != nil {
+		return err
+	}
+	store.CreateMode(createMode(cfg.StrictModes))
 	if !cfg.Insecure {
-		store.Guard(transferFileGuard)
+		store.Guard(transferFileGuard(cfg.StrictModes))
 		var r *refusal
 		if _, err := store.ReadContext(ctx); errors.As(err, &r) || errors.Is(err, hashfile.ErrSymlink) {
 			return err
@@ -159,6 +163,10 @@ func (d *daemon) loop(ctx context.Context) error {
 	d.log.Info("started", zap.String("transfer_file", d.cfg.TransferFile),
 		zap.String("instance_lock", instance.LockPath(d.cfg.TransferFile)), zap.Int("pid", os.Getpid()),
 		zap.String("locking", d.cfg.Locking.String()), zap.String("verify", d.cfg.Verify.String()))
+	if g := groupWritable(d.cfg.TransferFile, filepath.Dir(d.cfg.TransferFile)); g != "" && !d.cfg.Insecure {
+		d.log.Info("trusting a group-writable "+g+": its members can direct the daemon; --strict-modes refuses this",
+			zap.String("umask_hint", "the SCR library creates its files from the umask (002 makes them group-writable)"))
+	}
 	d.state = transfer.Stopped
 	d.sync(true)
 	for {
@@ -246,7 +254,7 @@ func (d *daemon) shutdown() error {
 // what must be recorded, and then starts or stops the copy to match.
 func (d *daemon) sync(first bool) {
 	if !d.cfg.Insecure {
-		if err := checkControlDir(filepath.Dir(d.cfg.TransferFile)); err != nil {
+		if err := checkControlDir(filepath.Dir(d.cfg.TransferFile), d.cfg.StrictModes); err != nil {
 			d.fileError(err)
 			return
 		}

@@ -68,7 +68,8 @@ type Store struct {
 	guard  func(*unix.Stat_t) error
 	onWait func(since time.Time)
 	settle time.Duration
-	own    fileSig // the file as this Store last wrote it
+	own    fileSig     // the file as this Store last wrote it
+	mode   os.FileMode // of a file the Store creates, before the umask
 }
 
 // fileSig identifies a version of the file: its inode and change time.
@@ -91,7 +92,15 @@ const (
 
 // NewStore returns a Store for the hash file at path.
 func NewStore(path string, locking Locking) *Store {
-	return &Store{path: path, locking: locking, sem: make(chan struct{}, 1)}
+	return &Store{path: path, locking: locking, sem: make(chan struct{}, 1), mode: 0o666}
+}
+
+// CreateMode sets the mode, before the umask, of the file when an Update
+// creates it; KVTree's, and the default, is 0666.
+func (s *Store) CreateMode(m os.FileMode) {
+	s.sem <- struct{}{}
+	defer func() { <-s.sem }()
+	s.mode = m
 }
 
 // Path returns the file's path.
@@ -150,7 +159,7 @@ func (s *Store) open(flags int) (*os.File, error) {
 	if s.guard != nil {
 		flags |= unix.O_NOFOLLOW
 	}
-	f, err := os.OpenFile(s.path, flags|unix.O_CLOEXEC, 0o666)
+	f, err := os.OpenFile(s.path, flags|unix.O_CLOEXEC, s.mode)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
 			return nil, fmt.Errorf("%s: %w", s.path, ErrSymlink)

@@ -112,6 +112,12 @@ func (n *node) startEnv(env []string, flags ...string) *proc {
 	// A binary built with -race sleeps a second at exit (the race
 	// runtime's atexit_sleep_ms) unless told not to.
 	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
+	return n.startCmd(cmd)
+}
+
+// startCmd starts a daemon command prepared by the caller, as node.start.
+func (n *node) startCmd(cmd *exec.Cmd) *proc {
+	n.t.Helper()
 	p := &proc{t: n.t, cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {

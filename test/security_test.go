@@ -34,22 +34,38 @@ func TestRefusesForeignOrWritableTransferFile(t *testing.T) {
 		name  string
 		setup func(t *testing.T, n *node)
 		want  string
+		flags []string
 	}{
 		{"owned by another user", func(t *testing.T, n *node) {
 			requireRoot(t)
 			must(t, os.Chown(n.transfer, nobody, nobody))
-		}, "refusing a transfer file owned by uid 65534"},
-		{"writable by group", func(t *testing.T, n *node) {
+		}, "refusing a transfer file owned by uid 65534", nil},
+		{"owned by another user, group-writable", func(t *testing.T, n *node) {
+			requireRoot(t)
+			must(t, os.Chown(n.transfer, nobody, nobody))
+			must(t, os.Chmod(n.transfer, 0o664))
+		}, "refusing a transfer file owned by uid 65534", nil},
+		{"writable by other", func(t *testing.T, n *node) {
+			must(t, os.Chmod(n.transfer, 0o666))
+		}, "refusing a transfer file that other users may write (mode 0666)", nil},
+		{"writable by group under --strict-modes", func(t *testing.T, n *node) {
 			must(t, os.Chmod(n.transfer, 0o660))
-		}, "refusing a transfer file that group or other may write (mode 0660)"},
+		}, "may write (mode 0660) under --strict-modes", []string{"--strict-modes"}},
 		{"control directory writable by other", func(t *testing.T, n *node) {
 			must(t, os.Chmod(filepath.Dir(n.transfer), 0o777))
-		}, "that group or other may write (mode 0777)"},
+		}, "that other users may write (mode 0777)", nil},
+		{"control directory writable by group under --strict-modes", func(t *testing.T, n *node) {
+			must(t, os.Chmod(filepath.Dir(n.transfer), 0o775))
+		}, "may write (mode 0775) under --strict-modes", []string{"--strict-modes"}},
+		{"control directory owned by another user", func(t *testing.T, n *node) {
+			requireRoot(t)
+			must(t, os.Chown(filepath.Dir(n.transfer), nobody, nobody))
+		}, "refusing control directory", nil},
 		{"symbolic link", func(t *testing.T, n *node) {
 			real := filepath.Join(n.root, "elsewhere.scrinfo")
 			must(t, os.Rename(n.transfer, real))
 			must(t, os.Symlink(real, n.transfer))
-		}, "refusing a symbolic link"},
+		}, "refusing a symbolic link", nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,7 +77,7 @@ func TestRefusesForeignOrWritableTransferFile(t *testing.T) {
 			before, err := os.ReadFile(n.transfer)
 			must(t, err)
 			tc.setup(t, n)
-			d := n.start()
+			d := n.start(tc.flags...)
 			if code := d.wait(settle); code == 0 {
 				t.Fatal("the daemon accepted an unsafe transfer file")
 			}
