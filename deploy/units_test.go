@@ -3,6 +3,8 @@ package deploy
 import (
 	"bufio"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -118,5 +120,75 @@ func TestUnitsMakeTmpDestinationsFail(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSystemdDropInsVerify verifies each unit with the drop-in example the
+// README tells sites to install beside it (SYSTEMD_UNIT_PATH makes
+// systemd-analyze read the drop-in directory next to the unit).
+func TestSystemdDropInsVerify(t *testing.T) {
+	sa := tool(t, "systemd-analyze", "systemd")
+	bin := buildDaemon(t, t.TempDir())
+	for _, tc := range []struct {
+		unit, dropin string
+		user         bool
+	}{
+		{"systemd/scr-transferd@.service", "systemd/site.conf.example", false},
+		{"systemd/user/scr-transferd@.service", "systemd/user/destinations.conf.example", true},
+	} {
+		t.Run(tc.dropin, func(t *testing.T) {
+			dir := t.TempDir()
+			inst := instance(t, tc.unit, dir, bin)
+			// System: the drop-in directory beside the unit, on
+			// SYSTEMD_UNIT_PATH. User: in $XDG_CONFIG_HOME/systemd/user,
+			// where the README installs it (replacing the search path
+			// would make the user manager's default units fail).
+			d := filepath.Join(dir, "scr-transferd@.service.d")
+			env := []string{"SYSTEMD_UNIT_PATH=" + dir + ":"}
+			if tc.user {
+				cfg := t.TempDir()
+				d = filepath.Join(cfg, "systemd", "user", "scr-transferd@.service.d")
+				env = []string{"XDG_CONFIG_HOME=" + cfg}
+			}
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(tc.dropin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A key systemd does not know would only be warned about:
+			// this line proves the drop-in is read.
+			b = append(b, []byte("\nNotAKeyOfSystemd=1\n")...)
+			if err := os.WriteFile(filepath.Join(d, "site.conf"), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"verify", inst}
+			if tc.user {
+				args = append([]string{"--user"}, args...)
+			}
+			cmd := exec.Command(sa, args...)
+			// Short: sockets of the user's units are made under it.
+			rt, err := os.MkdirTemp("", "rt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(rt) })
+			cmd.Env = append(append(os.Environ(), env...), "XDG_RUNTIME_DIR="+rt, "SYSTEMD_LOG_COLOR=0")
+			out, err := cmd.CombinedOutput()
+			var other []string
+			read := false
+			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				switch {
+				case strings.Contains(l, "NotAKeyOfSystemd"):
+					read = true
+				case l != "":
+					other = append(other, l)
+				}
+			}
+			if err != nil || len(other) > 0 || !read {
+				t.Fatalf("systemd-analyze verify %s with %s (drop-in read: %v): %v\n%s", tc.unit, tc.dropin, read, err, out)
+			}
+		})
 	}
 }
