@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/scr-transferd/scr-transferd/cache/cachetest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,9 +104,9 @@ func TestRunClearsDone(t *testing.T) {
 func TestVerify(t *testing.T) {
 	dir := t.TempDir()
 	var paths []string
-	for _, f := range demoFiles() {
-		p := filepath.Join(dir, f.name)
-		if err := f.make(p); err != nil {
+	for _, f := range cachetest.Samples() {
+		p := filepath.Join(dir, f.Name)
+		if err := f.Write(p); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, p)
@@ -113,8 +114,8 @@ func TestVerify(t *testing.T) {
 	ctx := context.Background()
 	r := inproc(ctx, append([]string{"verify"}, paths...)...)
 	wantCode(t, r, 0, "verify sound samples")
-	for i, f := range demoFiles() {
-		wantIn(t, r.stdout, "OK    "+paths[i]+"\n      "+f.kind+": ", "verify "+f.kind)
+	for i, f := range cachetest.Samples() {
+		wantIn(t, r.stdout, "OK    "+paths[i]+"\n      "+f.Kind+": ", "verify "+f.Kind)
 	}
 	wantIn(t, r.stdout, "sion: 8434912 data bytes of 15728736 apparent (53.6%", "verify reports the SION gaps")
 
@@ -144,30 +145,6 @@ func TestVerify(t *testing.T) {
 	}
 	if len(res) != 2 || !res[0].OK || res[0].DataBytes != 8434912 || res[1].OK || res[1].Code != "E_CHUNK_HASH" || res[1].Offset == nil {
 		t.Errorf("verify --json: %+v", res)
-	}
-}
-
-func TestDemo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a flush")
-	}
-	dir := filepath.Join(t.TempDir(), "demo")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	r := inproc(ctx, "demo", "--dir", dir, "--bw", "32MiB")
-	wantCode(t, r, 0, "demo")
-	if n := strings.Count(r.stdout, "   OK    "+filepath.Join(dir, "pfs")); n != 4 {
-		t.Errorf("%d destinations verified OK, want 4:\n%s", n, r.stdout)
-	}
-	if n := strings.Count(r.stdout, "same bytes as the source, CRC32"); n != 4 {
-		t.Errorf("%d destinations compared equal, want 4", n)
-	}
-	wantIn(t, r.stdout, "flush complete (FLAG DONE)", "demo status view")
-	wantIn(t, r.stdout, "the daemon exited; STATE EXITING", "demo exit")
-	for _, p := range []string{"control/transfer.scrinfo", "scr-transferd.log", "pfs/scr.dataset.1/rank_0.sion"} {
-		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
-			t.Errorf("demo left no %s: %v", p, err)
-		}
 	}
 }
 

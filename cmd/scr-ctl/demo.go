@@ -8,12 +8,16 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/scr-transferd/scr-transferd/cache"
+	"github.com/scr-transferd/scr-transferd/cache/cachetest"
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
@@ -24,28 +28,130 @@ import (
 const helpDemo = `
 Shows the whole product in a few seconds, with nothing installed but Go:
   1. writes sample checkpoints of every kind the daemon understands into a
-     temporary cache: a SIONlib container with gaps between its chunks, an
-     FTI-FF checkpoint, a SciDAC/LIME lattice file and a plain file;
+     cache: a SIONlib container with gaps between its chunks, an FTI-FF
+     checkpoint, a SciDAC/LIME lattice file and a plain file;
   2. starts the daemon (its run loop, in this process) on a transfer file;
   3. plays the SCR library's part: lists the files with their destinations
-     in a temporary "parallel file system", sets BW, and says RUN;
-  4. shows the status view while the throttled flush runs;
+     in a "parallel file system", sets BW, and says RUN;
+  4. shows the throttled flush, counting the bytes that hold data (the
+     gaps of the SIONlib container stay holes and are not transferred), so
+     the rate shown compares with BW;
   5. compares every destination with its source byte for byte, checks the
      CRC32 the daemon recorded, and verifies each destination's format;
-  6. asks the daemon to EXIT, and prints where everything is.
-The files are kept for a look afterwards unless --cleanup is given.`
+  6. asks the daemon to EXIT, and prints a summary.
+Everything goes into a new directory scr-demo-XXXXXX that the demo creates
+under --dir (default: the temporary directory); nothing else there is
+touched. --cleanup removes that directory, and only it, at the end (a
+failed demo keeps it for a look). The screen fits 80 columns; --width sets
+the width when stdout is not a terminal.`
 
-// demoLayout is where the demo puts things.
+// demoLayout is where the demo puts things; root is the directory it
+// created, and every other path lies beneath it.
 type demoLayout struct {
 	root, cache, pfs, transfer, log string
 }
 
+func newDemoLayout(root string) demoLayout {
+	return demoLayout{
+		root:     root,
+		cache:    filepath.Join(root, "cache", "scr.demo", "dataset.1"),
+		pfs:      filepath.Join(root, "pfs", "scr.dataset.1"),
+		transfer: filepath.Join(root, "control", "transfer.scrinfo"),
+		log:      filepath.Join(root, "scr-transferd.log"),
+	}
+}
+
+// rel names a path of the layout relative to its root, for the screen.
+func (l demoLayout) rel(p string) string {
+	if r, err := filepath.Rel(l.root, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}
+
+// demoOptions are the demo's settings.
+type demoOptions struct {
+	bw      float64
+	timeout time.Duration
+	width   int    // columns of the screen
+	live    bool   // redraw the progress in place (a terminal)
+	ctl     string // how the "Try:" lines invoke scr-ctl
+}
+
+// demoMakeDir creates the demo's own directory under parent (created too
+// when missing). It returns the directory and a function that removes it,
+// and parent if the demo created it and it is empty by then: nothing the
+// demo did not create is ever removed.
+func demoMakeDir(parent string) (string, func() error, error) {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	parent, err := filepath.Abs(parent)
+	if err != nil {
+		return "", nil, err
+	}
+	var made []string // directories created, deepest last
+	for d := parent; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		made = append([]string{d}, made...)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", nil, fmt.Errorf("--dir: %w", err)
+	}
+	root, err := os.MkdirTemp(parent, "scr-demo-")
+	if err != nil {
+		return "", nil, fmt.Errorf("--dir: %w", err)
+	}
+	remove := func() error {
+		if err := os.RemoveAll(root); err != nil {
+			return err
+		}
+		for i := len(made) - 1; i >= 0; i-- {
+			if os.Remove(made[i]) != nil { // not empty: someone else's now
+				break
+			}
+		}
+		return nil
+	}
+	return root, remove, nil
+}
+
+// demoCtlCommand returns how a person can run scr-ctl from any directory:
+// "scr-ctl" when that is on PATH, else this executable's absolute path,
+// else (under "go run", whose executable is temporary) "go -C MODULE run
+// ./cmd/scr-ctl" for the module found above the working directory.
+func demoCtlCommand(lookPath func(string) (string, error), executable func() (string, error), getwd func() (string, error)) string {
+	if p, err := lookPath("scr-ctl"); err == nil && p != "" {
+		return "scr-ctl"
+	}
+	if exe, err := executable(); err == nil && !strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return exe
+	}
+	if wd, err := getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil {
+				if bytes.Contains(b, []byte("module github.com/scr-transferd/scr-transferd\n")) {
+					return "go -C " + d + " run ./cmd/scr-ctl"
+				}
+				break
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return "scr-ctl"
+}
+
 func cmdDemo(e *env, args []string) error {
 	fs := newFlags("demo")
-	dir := fs.String("dir", "", "work in this directory (default: a new temporary directory)")
+	dir := fs.String("dir", "", "create the demo's directory (scr-demo-XXXXXX) under this one (default: the temporary directory)")
 	bwFlag := fs.String("bw", "4MiB", "bandwidth limit for the flush (BW), bytes per second with an optional K/M/G suffix")
-	cleanup := fs.Bool("cleanup", false, "remove the demo's files at the end")
+	cleanup := fs.Bool("cleanup", false, "remove the demo's directory (only it) at the end")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up if the flush has not completed after this long")
+	width := fs.Int("width", 0, "columns of the screen when stdout is not a terminal (default 80)")
 	pos, err := parseFlags(e, fs, args)
 	if err != nil {
 		return err
@@ -57,60 +163,93 @@ func cmdDemo(e *env, args []string) error {
 	if err != nil {
 		return usageError{"--bw: " + err.Error()}
 	}
-	root := *dir
-	if root == "" {
-		if root, err = os.MkdirTemp("", "scr-demo-"); err != nil {
-			return fmt.Errorf("temporary directory: %w", err)
+	if *width < 0 || (*width > 0 && *width < 60) {
+		return usageError{"--width: want at least 60 columns"}
+	}
+	o := demoOptions{bw: bw, timeout: *timeout, width: 80,
+		ctl: demoCtlCommand(exec.LookPath, os.Executable, os.Getwd)}
+	if isTerm, cols, _ := e.term(); isTerm {
+		o.live = true
+		if cols > 0 {
+			o.width = cols
 		}
 	}
-	if root, err = filepath.Abs(root); err != nil {
-		return err
+	if *width > 0 {
+		o.width = *width
 	}
-	l := demoLayout{
-		root:     root,
-		cache:    filepath.Join(root, "cache", "scr.demo", "dataset.1"),
-		pfs:      filepath.Join(root, "pfs", "scr.dataset.1"),
-		transfer: filepath.Join(root, "control", "transfer.scrinfo"),
-		log:      filepath.Join(root, "scr-transferd.log"),
-	}
-	if *cleanup {
-		defer os.RemoveAll(root)
-	}
-	return runDemo(e, l, bw, *timeout)
-}
-
-func runDemo(e *env, l demoLayout, bw float64, timeout time.Duration) error {
-	out := e.stdout
-	step := func(format string, args ...any) { fmt.Fprintf(out, "\n== "+format+"\n", args...) }
-
-	step("1. sample checkpoints in the cache: %s", l.cache)
-	for _, d := range []string{l.cache, l.pfs, filepath.Dir(l.transfer)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	type pair struct{ src, dest string }
-	var files []pair
-	var dataBytes int64
-	for _, f := range demoFiles() {
-		p := filepath.Join(l.cache, f.name)
-		if err := f.make(p); err != nil {
-			return fmt.Errorf("writing the sample %s: %w", p, err)
-		}
-		r := verifyFile(e.ctx, p)
-		if !r.OK {
-			return fmt.Errorf("the sample %s is not sound: %s", p, r.Error)
-		}
-		fmt.Fprintf(out, "   %-16s %-6s %9s apparent, %9s of data  %s\n", f.name, r.Kind,
-			units.IEC(float64(r.Size)), units.IEC(float64(r.DataBytes)), r.Detail)
-		files = append(files, pair{p, filepath.Join(l.pfs, f.name)})
-		dataBytes += r.DataBytes
-	}
-
-	step("2. the daemon, on %s (log: %s)", l.transfer, l.log)
-	logFile, err := os.Create(l.log)
+	root, remove, err := demoMakeDir(*dir)
 	if err != nil {
 		return err
+	}
+	l := newDemoLayout(root)
+	sum, err := runDemo(e, l, o)
+	if err != nil {
+		return fmt.Errorf("%w (the demo's files are kept in %s)", err, root)
+	}
+	out := e.stdout
+	if *cleanup {
+		if err := remove(); err != nil {
+			return fmt.Errorf("--cleanup: %w", err)
+		}
+		fmt.Fprintf(out, "\n%s\nRemoved %s (--cleanup): the demo created it.\n", sum, root)
+		return nil
+	}
+	fmt.Fprintf(out, "\n%s\nKept in %s:\n", sum, root)
+	fmt.Fprintf(out, "  cache/, pfs/, control/transfer.scrinfo, scr-transferd.log\n")
+	fmt.Fprintf(out, "Try:\n")
+	fmt.Fprintf(out, "  %s status %s\n", o.ctl, l.transfer)
+	fmt.Fprintf(out, "  %s verify %s\n", o.ctl, filepath.Join(l.pfs, "*"))
+	fmt.Fprintf(out, "  rm -rf %s\n", root)
+	return nil
+}
+
+// demoFile is one sample as the demo tracks it.
+type demoFile struct {
+	name, src, dest string
+	rep             *cache.Report
+}
+
+// dataBelow returns the bytes holding data in [0,n).
+func (f demoFile) dataBelow(n int64) int64 {
+	var d int64
+	for _, r := range f.rep.Ranges {
+		d += max(0, min(r.Off+r.Len, n)-r.Off)
+	}
+	return d
+}
+
+// runDemo plays the demo in l and returns its summary line.
+func runDemo(e *env, l demoLayout, o demoOptions) (string, error) {
+	out := e.stdout
+	fmt.Fprintf(out, "scr-ctl demo: SCR's asynchronous flush, played out in\n  %s\n", l.root)
+
+	fmt.Fprintf(out, "1. Sample checkpoints in the cache (%s):\n", l.rel(l.cache))
+	for _, d := range []string{l.cache, l.pfs, filepath.Dir(l.transfer)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	var files []demoFile
+	var dataBytes int64
+	for _, s := range cachetest.Samples() {
+		p := filepath.Join(l.cache, s.Name)
+		if err := s.Write(p); err != nil {
+			return "", fmt.Errorf("writing the sample %s: %w", p, err)
+		}
+		rep, err := cache.Inspect(e.ctx, p)
+		if err != nil {
+			return "", fmt.Errorf("the sample %s is not sound: %w", p, err)
+		}
+		files = append(files, demoFile{name: s.Name, src: p, dest: filepath.Join(l.pfs, s.Name), rep: rep})
+		dataBytes += rep.DataBytes
+		line := fmt.Sprintf("   %-16s %-6s %8s, %8s of data  %s", s.Name, rep.Kind,
+			units.IEC(float64(rep.Size)), units.IEC(float64(rep.DataBytes)), s.About)
+		fmt.Fprintln(out, strings.TrimRight(line, " "))
+	}
+
+	logFile, err := os.Create(l.log)
+	if err != nil {
+		return "", err
 	}
 	defer logFile.Close()
 	ec := zap.NewProductionEncoderConfig()
@@ -119,7 +258,7 @@ func runDemo(e *env, l demoLayout, bw float64, timeout time.Duration) error {
 	// The library creates the transfer file; an empty one is an empty hash.
 	store := hashfile.NewStore(l.transfer, hashfile.Flock)
 	if _, _, err := store.Update(func(*hashfile.Tree) error { return nil }); err != nil {
-		return err
+		return "", err
 	}
 	dctx, stopDaemon := context.WithCancel(e.ctx)
 	defer stopDaemon()
@@ -127,7 +266,6 @@ func runDemo(e *env, l demoLayout, bw float64, timeout time.Duration) error {
 	go func() {
 		done <- daemon.Run(dctx, daemon.Config{
 			TransferFile: l.transfer,
-			Poll:         100 * time.Millisecond,
 			// Durable progress is recorded every 200 ms so that the view moves.
 			Flush:    flush.Options{SyncInterval: 200 * time.Millisecond, SyncBytes: 1 << 20},
 			Verify:   daemon.VerifyBoth,
@@ -140,145 +278,195 @@ func runDemo(e *env, l demoLayout, bw float64, timeout time.Duration) error {
 		stopDaemon()
 		<-done
 	}()
-	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
-	err = watchView(ctx, store, defaultPoll, 30*time.Second, func(v transfer.View) (bool, error) {
+	if err := watchView(e.ctx, store, defaultPoll, 30*time.Second, func(v transfer.View) (bool, error) {
 		return v.State == transfer.Stopped, nil
-	}, func(v transfer.View) string { return "the daemon did not record STATE STOPPED; see " + l.log })
-	cancel()
-	if err != nil {
-		return err
+	}, func(transfer.View) string { return "the daemon did not record STATE STOPPED; see " + l.log }); err != nil {
+		return "", err
 	}
-	fmt.Fprintf(out, "   the daemon is up: STATE STOPPED\n")
+	fmt.Fprintf(out, "2. The daemon watches %s: STATE STOPPED\n", l.rel(l.transfer))
 
-	step("3. the library's part: %d files, BW %s, COMMAND RUN", len(files), bwText(bw))
 	started := time.Now()
 	if _, _, err := store.Update(func(t *hashfile.Tree) error {
 		for _, f := range files {
-			fi, err := os.Stat(f.src)
-			if err != nil {
-				return err
-			}
-			transfer.AddFile(t, f.src, f.dest, fi.Size())
+			transfer.AddFile(t, f.src, f.dest, f.rep.Size)
 		}
-		transfer.SetBW(t, bw)
+		transfer.SetBW(t, o.bw)
 		transfer.SetCommand(t, transfer.Run)
 		return nil
 	}); err != nil {
-		return err
+		return "", err
 	}
-	for _, f := range files {
-		fmt.Fprintf(out, "   %s\n     -> %s\n", f.src, f.dest)
-	}
+	fmt.Fprintf(out, "3. The library: %d FILES to %s, BW %s, COMMAND RUN\n", len(files), l.rel(l.pfs), bwText(o.bw))
 
-	step("4. the flush, as 'scr-ctl status --watch' shows it")
-	isTerm, cols, rows := e.term()
-	o := view{}
-	if isTerm {
-		o = view{width: cols, height: rows}
+	fmt.Fprintf(out, "4. The flush, counting bytes that hold data (holes are not transferred):\n")
+	drawn := false
+	draw := func(v transfer.View, now time.Time) {
+		if o.live && drawn {
+			fmt.Fprintf(out, "\x1b[%dA", len(files)+1)
+		}
+		fmt.Fprint(out, demoProgress(files, v, now.Sub(started), o))
+		drawn = true
 	}
-	wctx, wcancel := context.WithTimeout(e.ctx, timeout)
+	wctx, wcancel := context.WithTimeout(e.ctx, o.timeout)
 	defer wcancel()
-	var last statusReport
-	interval := time.Second
-	if isTerm {
-		interval = 200 * time.Millisecond
-	}
-	werr := watchStatus(&env{ctx: wctx, stdout: out, stderr: e.stderr, now: e.now, term: e.term}, store, watchOpts{
-		interval: interval, poll: defaultPoll, view: o, redraw: isTerm, onChange: isTerm,
-		stop: func(r statusReport) bool {
-			last = r
-			return r.Complete || r.Totals.InError > 0
-		},
+	var lastDraw time.Time
+	v, err := demoWait(wctx, store, o.timeout, func(v transfer.View) bool {
+		if now := time.Now(); o.live && now.Sub(lastDraw) >= 200*time.Millisecond {
+			draw(v, now)
+			lastDraw = now
+		}
+		return (v.Done && !v.HasPending()) || demoInError(v)
 	})
-	switch {
-	case werr != nil:
-		return werr
-	case last.Totals.InError > 0:
-		return fmt.Errorf("a file is in error; the daemon's log is %s", l.log)
-	case !last.Complete && e.ctx.Err() != nil:
-		return fmt.Errorf("interrupted: %w", e.ctx.Err())
-	case !last.Complete:
-		return fmt.Errorf("the flush did not complete within %s; the daemon's log is %s", timeout, l.log)
-	}
 	elapsed := time.Since(started)
-	fmt.Fprintf(out, "   %d files, %s of data (%s apparent) flushed in %s: %s/s under BW %s\n",
-		len(files), units.IEC(float64(dataBytes)), units.IEC(float64(last.Totals.Size)),
-		elapsed.Round(100*time.Millisecond), units.IEC(float64(dataBytes)/elapsed.Seconds()), bwText(bw))
+	switch {
+	case err != nil && e.ctx.Err() != nil:
+		return "", fmt.Errorf("interrupted: %w", e.ctx.Err())
+	case err != nil:
+		return "", fmt.Errorf("the flush did not complete within %s; the daemon's log is %s", o.timeout, l.log)
+	case demoInError(v):
+		return "", fmt.Errorf("a file is in error; the daemon's log is %s", l.log)
+	}
+	draw(v, started.Add(elapsed))
 
-	step("5. checking the destinations")
+	fmt.Fprintf(out, "5. Checks: same bytes as the source, the CRC32 recorded, the format:\n")
 	crcs := map[string]string{}
-	for _, f := range last.Files {
-		crcs[f.Source] = f.CRC
+	for _, f := range v.Files {
+		crcs[f.Src] = hashfile.FormatCRC(f.CRC)
 	}
 	bad := 0
 	for _, f := range files {
-		same, crc, err := compareFiles(f.src, f.dest)
-		switch {
-		case err != nil:
-			fmt.Fprintf(out, "   FAIL  %s: %v\n", f.dest, err)
-			bad++
-			continue
-		case !same:
-			fmt.Fprintf(out, "   FAIL  %s differs from %s\n", f.dest, f.src)
-			bad++
-			continue
-		case crcs[f.src] != hashfile.FormatCRC(crc):
-			fmt.Fprintf(out, "   FAIL  %s: CRC32 %s, the daemon recorded %q\n", f.dest, hashfile.FormatCRC(crc), crcs[f.src])
-			bad++
-			continue
-		}
-		fmt.Fprintf(out, "   same bytes as the source, CRC32 %s as recorded in the transfer file\n", hashfile.FormatCRC(crc))
-		r := verifyFile(e.ctx, f.dest)
-		var b bytes.Buffer
-		writeVerify(&b, r)
-		for _, line := range bytes.SplitAfter(b.Bytes(), []byte("\n")) {
-			if len(line) > 0 {
-				fmt.Fprintf(out, "   %s", line)
-			}
-		}
-		if !r.OK {
+		verdict, ok := demoCheck(e.ctx, f, crcs[f.src])
+		if !ok {
 			bad++
 		}
+		fmt.Fprintf(out, "   %-16s %s\n", f.name, verdict)
 	}
 	if bad > 0 {
-		return fmt.Errorf("%d of %d destinations failed the checks", bad, len(files))
+		return "", fmt.Errorf("%d of %d destinations failed the checks", bad, len(files))
 	}
 
-	step("6. COMMAND EXIT")
 	if _, _, err := store.Update(func(t *hashfile.Tree) error {
 		transfer.SetCommand(t, transfer.Exit)
 		return nil
 	}); err != nil {
-		return err
+		return "", err
 	}
 	select {
 	case err := <-done:
 		done <- err // for the deferred wait
 		if err != nil {
-			return fmt.Errorf("the daemon: %w", err)
+			return "", fmt.Errorf("the daemon: %w", err)
 		}
 	case <-time.After(30 * time.Second):
-		return errors.New("the daemon did not exit within 30s of COMMAND EXIT")
+		return "", errors.New("the daemon did not exit within 30s of COMMAND EXIT")
 	case <-e.ctx.Done():
-		return fmt.Errorf("interrupted: %w", e.ctx.Err())
+		return "", fmt.Errorf("interrupted: %w", e.ctx.Err())
 	}
 	t, err := store.Read()
 	if err != nil {
-		return err
+		return "", err
 	}
-	fmt.Fprintf(out, "   the daemon exited; STATE %s\n", transfer.Read(t).State)
+	fmt.Fprintf(out, "6. COMMAND EXIT: the daemon exited, STATE %s\n", transfer.Read(t).State)
+	return fmt.Sprintf("Done: %d files, %s of data in %.1f s: %s/s under BW %s.",
+		len(files), units.IEC(float64(dataBytes)), elapsed.Seconds(),
+		units.IEC(float64(dataBytes)/elapsed.Seconds()), bwText(o.bw)), nil
+}
 
-	fmt.Fprintf(out, "\nEverything is in %s:\n", l.root)
-	fmt.Fprintf(out, "  cache (sources)         %s\n", l.cache)
-	fmt.Fprintf(out, "  PFS (destinations)      %s\n", l.pfs)
-	fmt.Fprintf(out, "  transfer file           %s\n", l.transfer)
-	fmt.Fprintf(out, "  daemon log              %s\n", l.log)
-	fmt.Fprintf(out, "Try:\n")
-	fmt.Fprintf(out, "  go run ./cmd/scr-ctl print %s\n", l.transfer)
-	fmt.Fprintf(out, "  go run ./cmd/scr-ctl status %s\n", l.transfer)
-	fmt.Fprintf(out, "  go run ./cmd/scr-ctl verify %s\n", filepath.Join(l.pfs, "*"))
-	fmt.Fprintf(out, "  rm -rf %s\n", l.root)
-	return nil
+// demoInError reports whether a file of v is in error.
+func demoInError(v transfer.View) bool {
+	for _, f := range v.Files {
+		if f.Error != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// demoWait reads the transfer file every 50 ms until cond holds, ctx ends
+// or timeout passes, and returns the last view.
+func demoWait(ctx context.Context, store *hashfile.Store, timeout time.Duration, cond func(transfer.View) bool) (transfer.View, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var v transfer.View
+	for {
+		if t, err := store.Read(); err == nil {
+			v = transfer.Read(t)
+			if cond(v) {
+				return v, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return v, ctx.Err()
+		case <-deadline.C:
+			return v, context.DeadlineExceeded
+		case <-tick.C:
+		}
+	}
+}
+
+// demoProgress renders one line per file and a total: a bar and the data
+// bytes durable at the destination, and for the total the average rate of
+// data since RUN, which a person can compare with BW.
+func demoProgress(files []demoFile, v transfer.View, elapsed time.Duration, o demoOptions) string {
+	var b strings.Builder
+	written := map[string]int64{}
+	for _, f := range v.Files {
+		written[f.Src] = f.Written
+	}
+	// "   name(16) [bar] 100.0%  8.04 MiB / 8.04 MiB" takes 52 columns and
+	// the bar, and the total adds " 1023.9 MiB/s"; one column is spare.
+	barWidth := max(10, o.width-52-13-1)
+	var doneAll, dataAll int64
+	line := func(name string, done, data int64, tail string) {
+		frac := 1.0
+		if data > 0 {
+			frac = float64(done) / float64(data)
+		}
+		full := int(frac * float64(barWidth))
+		l := fmt.Sprintf("   %-16s [%s%s] %5.1f%%  %9s / %-9s%s", name,
+			strings.Repeat("█", full), strings.Repeat("░", barWidth-full), 100*frac,
+			units.IEC(float64(done)), units.IEC(float64(data)), tail)
+		b.WriteString(strings.TrimRight(l, " "))
+		b.WriteString("\x1b[K\n")
+	}
+	for _, f := range files {
+		d := f.dataBelow(written[f.src])
+		line(f.name, d, f.rep.DataBytes, "")
+		doneAll += d
+		dataAll += f.rep.DataBytes
+	}
+	rate := "-"
+	if elapsed > 0 {
+		rate = units.IEC(float64(doneAll)/elapsed.Seconds()) + "/s"
+	}
+	line("all", doneAll, dataAll, " "+rate)
+	s := b.String()
+	if !o.live {
+		s = strings.ReplaceAll(s, "\x1b[K", "")
+	}
+	return s
+}
+
+// demoCheck compares a destination with its source and the CRC32 recorded,
+// and verifies its format; it returns a one-line verdict.
+func demoCheck(ctx context.Context, f demoFile, recorded string) (string, bool) {
+	same, crc, err := compareFiles(f.src, f.dest)
+	switch {
+	case err != nil:
+		return "FAIL " + err.Error(), false
+	case !same:
+		return "FAIL differs from its source", false
+	case recorded != hashfile.FormatCRC(crc):
+		return fmt.Sprintf("FAIL CRC32 %s, the daemon recorded %s", hashfile.FormatCRC(crc), recorded), false
+	}
+	r := verifyFile(ctx, f.dest)
+	if !r.OK {
+		return fmt.Sprintf("FAIL %s: %s", r.Kind, r.Error), false
+	}
+	return fmt.Sprintf("OK   same bytes, CRC32 %s, %s: %s of data", hashfile.FormatCRC(crc), r.Kind, units.IEC(float64(r.DataBytes))), true
 }
 
 // compareFiles reports whether a and b hold the same bytes, and the CRC32

@@ -74,7 +74,7 @@ func commands() map[string]command {
 			help: helpSet, run: cmdSet},
 		"verify": {summary: "identify and verify checkpoint files (SION, FTI-FF, LIME, plain)", usage: "[--json] FILE...",
 			help: helpVerify, run: cmdVerify},
-		"demo": {summary: "flush sample checkpoints of every kind through an in-process daemon and show it", usage: "[--dir DIR] [--bw RATE] [--cleanup]",
+		"demo": {summary: "flush sample checkpoints of every kind through an in-process daemon and show it", usage: "[--dir DIR] [--bw RATE] [--cleanup] [--timeout D] [--width N]",
 			help: helpDemo, run: cmdDemo},
 	}
 }

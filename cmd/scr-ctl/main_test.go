@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/scr-transferd/scr-transferd/cache/cachetest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,7 +131,7 @@ func writeFile(t *testing.T, path string, n int, seed uint32) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, fill(n, seed), 0o644); err != nil {
+	if err := os.WriteFile(path, cachetest.Fill(n, seed), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

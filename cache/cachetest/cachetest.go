@@ -1,4 +1,14 @@
-package main
+// Package cachetest writes checkpoint files byte for byte the way each
+// library lays them out: a SIONlib container whose chunks are partly filled
+// (the gaps left as holes), an FTI-FF checkpoint, a SciDAC (QIO) LIME file
+// with its checksums, and a plain file. scr-ctl demo flushes them, and the
+// tests of cache, scr-ctl and the daemon check and damage them, so that
+// the samples a person sees and the files the tests trust are the same.
+//
+// The encoders here are written from the formats' specifications and the
+// libraries' sources, independently of package cache's decoders, so that a
+// misreading in one is not repeated in the other.
+package cachetest
 
 import (
 	"crypto/md5"
@@ -12,29 +22,28 @@ import (
 	"strings"
 )
 
-// The demo's sample checkpoints, laid out byte for byte the way each
-// library writes its files: a SIONlib
-// container whose chunks are partly filled (gaps left as holes), an FTI-FF
-// checkpoint, a SciDAC (QIO) LIME file with its checksums, and a plain file.
-
-// demoFile is one sample checkpoint.
-type demoFile struct {
-	name string
-	kind string
-	make func(path string) error
+// Sample is one sample checkpoint.
+type Sample struct {
+	Name  string // file name, with the suffix the library gives it
+	Kind  string // the kind package cache reports: sion, fti-ff, lime, plain
+	About string // a few words on what it shows
+	// Write writes the sample at path (created or truncated). The SIONlib
+	// container leaves its gaps as holes.
+	Write func(path string) error
 }
 
-func demoFiles() []demoFile {
-	return []demoFile{
-		{"rank_0.sion", "sion", writeDemoSION},
-		{"Ckpt1-Rank1.fti", "fti-ff", writeDemoFTIFF},
-		{"rank_2.lime", "lime", writeDemoLIME},
-		{"rank_3.ckpt", "plain", func(p string) error { return os.WriteFile(p, fill(3<<20, 3), 0o644) }},
+// Samples returns one sample of every kind.
+func Samples() []Sample {
+	return []Sample{
+		{"rank_0.sion", "sion", "4 tasks, gaps as holes", WriteSION},
+		{"Ckpt1-Rank1.fti", "fti-ff", "3 chunks, MD5s", WriteFTIFF},
+		{"rank_2.lime", "lime", "SciDAC checksums", WriteLIME},
+		{"rank_3.ckpt", "plain", "", func(p string) error { return os.WriteFile(p, Fill(3<<20, 3), 0o644) }},
 	}
 }
 
-// fill returns n bytes of a non-zero pattern that differs with seed.
-func fill(n int, seed uint32) []byte {
+// Fill returns n bytes of a non-zero pattern that differs with seed.
+func Fill(n int, seed uint32) []byte {
 	b := make([]byte, n)
 	x := seed*2654435761 + 1
 	for i := range b {
@@ -53,11 +62,11 @@ type sionTaskSpec struct {
 	blocks []int64
 }
 
-// writeDemoSION writes a single-file SIONlib container (file format 5,
+// WriteSION writes a single-file SIONlib container (file format 5,
 // little-endian, as the generic API writes it) of four tasks whose chunks
 // are only partly filled. Only META1, the written part of each chunk and
 // META2 are written; everything else is a hole.
-func writeDemoSION(path string) error {
+func WriteSION(path string) error {
 	const fsblk = 1 << 20
 	tasks := []sionTaskSpec{
 		{2 << 20, []int64{1536 << 10, 768 << 10}},
@@ -122,7 +131,7 @@ func writeDemoSION(path string) error {
 		start := start0 + int64(b)*globalSkip
 		for i, t := range tasks {
 			if b < len(t.blocks) {
-				write(fill(int(t.blocks[b]), uint32(100+10*i+b)), start)
+				write(Fill(int(t.blocks[b]), uint32(100+10*i+b)), start)
 			}
 			start += caps[i]
 		}
@@ -134,11 +143,11 @@ func writeDemoSION(path string) error {
 	return err
 }
 
-// writeDemoFTIFF writes an FTI-FF checkpoint as FTI 1.6 does for a first
+// WriteFTIFF writes an FTI-FF checkpoint as FTI 1.6 does for a first
 // checkpoint: the variables' data, then one block of chunk records with
 // their MD5s, then the 106-byte file meta with the file checksum and the
 // meta's own hash.
-func writeDemoFTIFF(path string) error {
+func WriteFTIFF(path string) error {
 	o := binary.LittleEndian
 	sizes := []int{1 << 20, 640 << 10, 384 << 10}
 	var data, table []byte
@@ -150,7 +159,7 @@ func writeDemoFTIFF(path string) error {
 	}
 	table = o.AppendUint64(table, dbsize)
 	for i, s := range sizes {
-		v := fill(s, uint32(200+i))
+		v := Fill(s, uint32(200+i))
 		sum := md5.Sum(v)
 		fileSum.Write(sum[:])
 		rec := o.AppendUint32(nil, uint32(i+1))      // variable id
@@ -232,11 +241,11 @@ func xmlPayload(body string) []byte {
 	return append([]byte(`<?xml version="1.0" encoding="UTF-8"?>`+body), 0)
 }
 
-// writeDemoLIME writes a single SciDAC file (QIO's volfmt 0) holding one
+// WriteLIME writes a single SciDAC file (QIO's volfmt 0) holding one
 // lattice field of 3x3 complex single-precision matrices, four per site,
 // with its SciDAC checksums: the CRC32 of each site's datum, rotated by
 // the site's rank modulo 29 (suma) and 31 (sumb), all XORed together.
-func writeDemoLIME(path string) error {
+func WriteLIME(path string) error {
 	dims := []int{8, 8, 8, 16}
 	const typesize, datacount = 72, 4
 	sites := 1
@@ -246,7 +255,7 @@ func writeDemoLIME(path string) error {
 		fmt.Fprintf(&dimsText, "%d ", d)
 	}
 	datum := typesize * datacount
-	field := fill(sites*datum, 300)
+	field := Fill(sites*datum, 300)
 	var suma, sumb uint32
 	for r := range sites {
 		c := crc32.ChecksumIEEE(field[r*datum : (r+1)*datum])
@@ -258,7 +267,7 @@ func writeDemoLIME(path string) error {
 		limeRecord{"scidac-private-file-xml", xmlPayload(fmt.Sprintf(
 			"<scidacFile><version>1.1</version><spacetime>%d</spacetime><dims>%s</dims><volfmt>0</volfmt></scidacFile>",
 			len(dims), dimsText.String()))},
-		limeRecord{"scidac-file-xml", xmlPayload("<info>scr-ctl demo lattice</info>")},
+		limeRecord{"scidac-file-xml", xmlPayload("<info>sample lattice</info>")},
 	)
 	b = appendLIMEMessage(b,
 		limeRecord{"scidac-private-record-xml", xmlPayload(fmt.Sprintf(
