@@ -28,7 +28,7 @@ func TestUsageAndHelp(t *testing.T) {
 		{[]string{"wait"}, exitUsage, "want exactly one TRANSFERFILE"},
 		{[]string{"wait", "--timeout=-1s", tf}, exitUsage, "--timeout -1s: must not be negative"},
 		{[]string{"run", "--timeout=1s", tf}, exitUsage, "--timeout only applies with --wait"},
-		{[]string{"status", "--bogus", tf}, exitUsage, "flag provided but not defined: -bogus"},
+		{[]string{"status", "--bogus", tf}, exitUsage, "unknown flag --bogus"},
 		{[]string{"set", tf, "speed", "3"}, exitUsage, `unknown setting "speed"`},
 		{[]string{"set", tf, "bw", "fast"}, exitUsage, "not a byte count"},
 		{[]string{"set", tf, "percent", "120"}, exitUsage, "not a number from 0 to 100"},

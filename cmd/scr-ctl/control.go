@@ -56,12 +56,16 @@ the daemon to copy: run does.`
 
 const helpSet = `
 bw VALUE      BW, the average copy rate in bytes per second: a number with an
-              optional K, M, G or T suffix (powers of 1024, as SCR's
-              parameters); 0 removes the limit.
+              optional unit K, M, G, T or P. Units are powers of 1024, as in
+              SCR's parameters, and KB/KiB, MB/MiB... are synonyms: 100M,
+              100MB and 100MiB are all 104857600 bytes/s. A number without
+              a unit is bytes per second (1e8 is 10^8). 0 removes the limit.
+              A value without a unit below 1 MiB/s, or any value below
+              1 KiB/s, is set with a warning: it is probably a mistake.
 percent VALUE PERCENT, the share of time the daemon may spend copying, 0 to
               100; 0 removes the limit.
 Values are written in C's "%f" form, as the library writes them. The daemon
-applies a change at once.`
+applies a change at once. Negative values are refused.`
 
 // controlCmd returns the run, stop or exit command.
 func controlCmd(name string) func(*env, []string) error {
@@ -172,7 +176,7 @@ func stateText(v transfer.View) string {
 
 func cmdAdd(e *env, args []string) error {
 	fs := newFlags("add")
-	size := fs.String("size", "", "SIZE to record instead of the size of SRC (bytes, or with a K/M/G suffix)")
+	size := fs.String("size", "", "SIZE to record instead of the size of SRC (bytes, or with a unit: "+units.Convention+")")
 	locking := lockingFlag(fs)
 	pos, err := parseFlags(e, fs, args)
 	if err != nil {
@@ -192,7 +196,10 @@ func cmdAdd(e *env, args []string) error {
 	var n int64
 	if *size != "" {
 		v, err := units.Parse(*size)
-		if err != nil || v != math.Trunc(v) {
+		if err != nil {
+			return usageError{"--size " + err.Error()}
+		}
+		if v != math.Trunc(v) {
 			return usageError{fmt.Sprintf("--size %q: want a whole number of bytes", *size)}
 		}
 		n = int64(v)
@@ -227,12 +234,18 @@ func cmdSet(e *env, args []string) error {
 	if err := wantArgs(pos, 3, "TRANSFERFILE bw|percent VALUE"); err != nil {
 		return err
 	}
+	if err := setArgsOrder(pos); err != nil {
+		return err
+	}
 	var edit func(*hashfile.Tree)
 	switch key := strings.ToLower(pos[1]); key {
 	case "bw":
 		v, err := units.Parse(pos[2])
 		if err != nil {
 			return usageError{"bw: " + err.Error()}
+		}
+		if w := units.RateWarning(pos[2], v); w != "" {
+			fmt.Fprintf(e.stderr, "scr-ctl set: warning: bw %s\n", w)
 		}
 		edit = func(t *hashfile.Tree) { transfer.SetBW(t, v) }
 	case "percent":
@@ -242,7 +255,7 @@ func cmdSet(e *env, args []string) error {
 		}
 		edit = func(t *hashfile.Tree) { transfer.SetPercent(t, v) }
 	default:
-		return usageError{fmt.Sprintf("unknown setting %q: want bw or percent", pos[1])}
+		return usageError{fmt.Sprintf("unknown setting %q: want bw or percent (scr-ctl set TRANSFERFILE bw|percent VALUE)", pos[1])}
 	}
 	store, err := openStore(pos[0], *locking)
 	if err != nil {
@@ -253,4 +266,19 @@ func cmdSet(e *env, args []string) error {
 		return nil
 	})
 	return err
+}
+
+// setArgsOrder catches set's arguments in the wrong order (the setting
+// first, or the value before the setting) and says how to write them.
+func setArgsOrder(pos []string) error {
+	isKey := func(s string) bool { k := strings.ToLower(s); return k == "bw" || k == "percent" }
+	switch {
+	case isKey(pos[1]):
+		return nil
+	case isKey(pos[0]):
+		return usageError{fmt.Sprintf("the transfer file comes first: scr-ctl set %s %s %s", pos[1], pos[0], pos[2])}
+	case isKey(pos[2]):
+		return usageError{fmt.Sprintf("the setting comes before its value: scr-ctl set %s %s %s", pos[0], pos[2], pos[1])}
+	}
+	return nil
 }
