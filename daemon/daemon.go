@@ -43,6 +43,8 @@ type daemon struct {
 	lockSince atomic.Int64    // unix ns since when an access waits for the transfer-file lock; 0 if none
 	statusMu  sync.Mutex      // guards lastShown: the lock-wait hook reports from either goroutine
 	problems  map[string]bool
+	stale     map[string]bool   // partial copies to remove (litter.go)
+	swept     bool              // leftover partial copies looked for at start
 	warned    map[string]string // WARNING last logged, by source path
 	retries   map[string]*retry // by source path
 	job       *job              // copy under way, nil when idle
@@ -130,6 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 		throttle: th,
 		copier:   flush.NewCopier(th, cfg.Flush),
 		problems: map[string]bool{},
+		stale:    map[string]bool{},
 		warned:   map[string]string{},
 		retries:  map[string]*retry{},
 		results:  make(chan result, 1),
@@ -310,8 +313,14 @@ func (d *daemon) sync(first bool) {
 		d.log.Warn("unknown COMMAND ignored", zap.String("command", v.Unknown))
 	}
 	d.state = next
+	d.noteStale(d.view, v)
 	d.view = v
 	d.forgetRetries(v)
+	if !d.swept {
+		d.swept = true
+		d.sweepAtStart(v)
+	}
+	d.removeStale()
 	d.schedule(v, want)
 	d.report()
 }

@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"errors"
+	"maps"
+	"path/filepath"
+	"slices"
+
+	"go.uber.org/zap"
+
+	"github.com/scr-transferd/scr-transferd/flush"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// Partial copies the transfer file no longer needs are removed, so that no
+// hidden .scrpart stays in a dataset directory for good: when an entry is
+// removed or its DESTINATION or SIZE changes (SCR_Finalize clears FILES
+// while a flush runs), and, once at start, any partial copy in a directory
+// the transfer file names that no entry of it accounts for. A partial copy
+// another process holds locked is being written by it, and is left alone.
+// Only destinations the daemon may write (--allow-dest) are touched.
+
+// noteStale records the partial copies of the entries of old that now are
+// gone or name another DESTINATION or SIZE.
+func (d *daemon) noteStale(old, now transfer.View) {
+	if len(old.Files) == 0 {
+		return
+	}
+	cur := make(map[string]transfer.File, len(now.Files))
+	for _, f := range now.Files {
+		cur[f.Src] = f
+	}
+	for _, f := range old.Files {
+		if f.Dest == "" || d.confine(f) != nil {
+			continue
+		}
+		if g, ok := cur[f.Src]; ok && g.Dest == f.Dest && g.Size == f.Size {
+			continue
+		}
+		d.stale[flush.TempPath(f.Dest)] = true
+	}
+}
+
+// removeStale removes the partial copies noted stale, except the one the
+// copy under way still holds: that copy is being stopped, and the next
+// pass, which comes once it has, removes it before any new copy starts.
+func (d *daemon) removeStale() {
+	for _, p := range slices.Sorted(maps.Keys(d.stale)) {
+		if d.job != nil && flush.TempPath(d.job.file.Dest) == p {
+			continue
+		}
+		delete(d.stale, p)
+		d.removePartial(p, "its FILES entry was removed or changed")
+	}
+}
+
+// sweepAtStart removes the partial copies that no entry accounts for in
+// the destination directories the transfer file names.
+func (d *daemon) sweepAtStart(v transfer.View) {
+	named := make(map[string]bool, len(v.Files))
+	dirs := map[string]bool{}
+	for _, f := range v.Files {
+		if f.Dest == "" {
+			continue
+		}
+		named[flush.TempPath(f.Dest)] = true
+		if d.confine(f) == nil {
+			dirs[filepath.Dir(filepath.Clean(f.Dest))] = true
+		}
+	}
+	for _, dir := range slices.Sorted(maps.Keys(dirs)) {
+		root, _ := confinedRoot(dir, d.cfg.AllowDest)
+		paths, err := flush.Partials(dir, root)
+		if err != nil {
+			d.log.Warn("cannot look for leftover partial copies", zap.String("dir", dir), zap.Error(err))
+			continue
+		}
+		for _, p := range paths {
+			if !named[p] {
+				d.removePartial(p, "the transfer file names no such destination")
+			}
+		}
+	}
+}
+
+// removePartial removes one partial copy and logs what happened.
+func (d *daemon) removePartial(p, why string) {
+	root, _ := confinedRoot(p, d.cfg.AllowDest)
+	removed, err := flush.RemovePartial(p, root)
+	switch {
+	case removed:
+		d.log.Info("removed partial copy", zap.String("path", p), zap.String("reason", why))
+	case errors.Is(err, flush.ErrPartialLocked):
+		d.log.Info("partial copy left: another process is writing it", zap.String("path", p))
+	case err != nil:
+		d.log.Warn("cannot remove partial copy", zap.String("path", p), zap.Error(err))
+	}
+}
