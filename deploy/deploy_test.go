@@ -30,14 +30,10 @@ func tool(t *testing.T, name, pkg string) string {
 	return ""
 }
 
-// buildDaemon builds scr-transferd into dir.
-func buildDaemon(t *testing.T, dir string) string {
+// buildDaemon returns the scr-transferd TestMain built; dir is unused.
+func buildDaemon(t *testing.T, _ string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "scr-transferd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/scr-transferd").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return builtBinary(t, "scr-transferd")
 }
 
 var units = []struct {

@@ -14,12 +14,14 @@ import (
 	"time"
 )
 
-// buildTools builds scr-transferd and scr-ctl into dir.
+// buildTools puts scr-transferd and scr-ctl, as TestMain built them, into
+// dir.
 func buildTools(t *testing.T, dir string) {
 	t.Helper()
-	out, err := exec.Command("go", "build", "-o", dir, "../cmd/scr-transferd", "../cmd/scr-ctl").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	for _, name := range []string{"scr-transferd", "scr-ctl"} {
+		if err := os.Symlink(builtBinary(t, name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
