@@ -143,6 +143,7 @@ func run(args []string, stderr io.Writer) int {
 	o.cfg.Log = log
 	log.Info("scr-transferd starting", zap.String("version", vi.Version), zap.String("revision", vi.Revision),
 		zap.Bool("modified", vi.Modified), zap.String("go", vi.GoVersion), zap.Int("pid", os.Getpid()))
+	checkConfinement(log, o.cfg.AllowSrc, o.cfg.AllowDest)
 	if prioErr != nil {
 		log.Warn("cannot lower the priority of every thread", zap.Stringer("wanted", prioSettings), zap.Error(prioErr))
 	} else if o.nice > 0 || o.ioIdle {
@@ -218,4 +219,18 @@ func parseBytes(s string) (int, error) {
 		return 0, errors.New("want a positive whole byte count such as 1048576 or 1MB")
 	}
 	return int(v), nil
+}
+
+// checkConfinement says at start, once, when --allow-src/--allow-dest
+// cannot work because openat2 is refused (systemd's RestrictSUIDSGID=yes
+// does so): every file would fail with the same error.
+func checkConfinement(log *zap.Logger, prefixes ...[]string) {
+	for _, ps := range prefixes {
+		for _, p := range ps {
+			if err := flush.CheckConfinement(p); errors.Is(err, flush.ErrNoOpenat2) {
+				log.Error("confined files cannot be opened: every file will fail", zap.Error(err))
+				return
+			}
+		}
+	}
 }
