@@ -146,23 +146,20 @@ func TestLimitsChangeMidFlush(t *testing.T) {
 	p, data := n.checkpoint("a.ckpt", 64*mib)
 	n.add(p, n.dest("a.ckpt"))
 	n.library(func(t *hashfile.Tree) {
-		transfer.SetBW(t, 1e6) // 64 s for the file at this rate
+		transfer.SetBW(t, 256e3) // 262 s for the file at this rate
 		transfer.SetPercent(t, 50)
 		transfer.SetCommand(t, transfer.Run)
 	})
 	d := n.start("--sync-interval=200ms")
 	n.waitFor("some bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 })
 	// Lifting the limit must apply to the copy under way: the file then
-	// completes long before the old rate could have moved it.
-	start := time.Now()
+	// completes within 2 minutes, when the old rate would have needed more
+	// than 4 (a generous bound for a loaded machine, not a speed).
 	n.library(func(t *hashfile.Tree) {
 		transfer.SetBW(t, noLimit)
 		transfer.SetPercent(t, 0)
 	})
-	n.waitFor("DONE after lifting BW", 30*time.Second, done)
-	if el := time.Since(start); el > 40*time.Second {
-		t.Fatalf("took %v after BW was lifted", el)
-	}
+	n.waitFor("DONE after lifting BW", 2*time.Minute, done)
 	sameFile(t, n.dest("a.ckpt"), data)
 	if !d.alive() {
 		t.Fatal("daemon died")
