@@ -27,46 +27,110 @@ import (
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/cliflag"
 	"github.com/scr-transferd/scr-transferd/internal/prio"
 	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/internal/version"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // options are the command line after environment defaults.
 type options struct {
 	cfg       daemon.Config
+	locking   string
+	verify    string
 	logFormat string
 	logLevel  string
+	log       *zap.Logger
 	nice      int
 	ioIdle    bool
 	metrics   string
 	version   bool // --version: print the version and exit
 }
 
-func parse(args []string, stderr io.Writer) (*options, error) {
-	o := &options{}
-	fs := flag.NewFlagSet("scr-transferd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: scr-transferd [flags] TRANSFERFILE\n\n"+
-			"Copies every FILES entry of SCR's transfer file with WRITTEN < SIZE to its\n"+
-			"DESTINATION when the file says COMMAND RUN, throttled by BW and PERCENT.\n\nFlags:\n")
-		fs.PrintDefaults()
-		fmt.Fprintf(stderr, "\nEnvironment: SCR_TRANSFER_SECS (default for --reread), SCR_FILE_BUF_SIZE (default for --buf-size).\n")
-	}
-	reread, err := envSeconds("SCR_TRANSFER_SECS", 60*time.Second)
+// usageError is a mistake on the command line: run prints it on one line
+// with a hint, not the whole usage.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// parse reads the command line; flags may come before or after
+// TRANSFERFILE. --help prints the usage to stdout and returns flag.ErrHelp.
+func parse(args []string, stdout io.Writer) (*options, error) {
+	o, fs, err := flags()
 	if err != nil {
 		return nil, err
+	}
+	pos, err := cliflag.Parse(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stdout, fs)
+		return nil, err
+	}
+	if err != nil {
+		return nil, usageError{flagError(err)}
+	}
+	if o.version {
+		return o, nil
+	}
+	if len(pos) != 1 {
+		return nil, usageError{fmt.Sprintf("want exactly one TRANSFERFILE, got %d arguments %q", len(pos), pos)}
+	}
+	o.cfg.TransferFile = pos[0]
+	if o.cfg.Locking, err = hashfile.ParseLocking(o.locking); err != nil {
+		return nil, usageError{err.Error()}
+	}
+	if o.cfg.Verify, err = daemon.ParseVerify(o.verify); err != nil {
+		return nil, usageError{err.Error()}
+	}
+	if o.nice < 0 || o.nice > 19 {
+		return nil, usageError{fmt.Sprintf("--nice %d: want 0 to 19", o.nice)}
+	}
+	return o, nil
+}
+
+// flagError rewords the flag package's errors with the double dashes
+// the documentation uses ("flag provided but not defined: -x").
+func flagError(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return "unknown flag --" + name
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return "flag --" + name + " needs a value"
+	}
+	return strings.Replace(msg, " for flag -", " for flag --", 1)
+}
+
+// usage is the text of --help.
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: scr-transferd [flags] TRANSFERFILE\n\n"+
+		"Copies every FILES entry of SCR's transfer file with WRITTEN < SIZE to its\n"+
+		"DESTINATION when the file says COMMAND RUN, throttled by BW and PERCENT.\n"+
+		"Flags may come before or after TRANSFERFILE.\n\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, "\nEnvironment: SCR_TRANSFER_SECS (default for --reread), SCR_FILE_BUF_SIZE (default for --buf-size).\n")
+}
+
+// flags defines the daemon's flags, with defaults from the environment.
+func flags() (*options, *flag.FlagSet, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("scr-transferd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run reports errors itself, on one line
+	fs.Usage = func() {}
+	reread, err := envSeconds("SCR_TRANSFER_SECS", 60*time.Second)
+	if err != nil {
+		return nil, nil, err
 	}
 	bufSize, err := envBytes("SCR_FILE_BUF_SIZE", flush.DefaultBufSize)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	locking := fs.String("locking", "flock", "transfer-file lock: flock or fcntl (as KVTree was built)")
+	fs.StringVar(&o.locking, "locking", "flock", "transfer-file lock: flock or fcntl (as KVTree was built)")
 	fs.DurationVar(&o.cfg.FcntlSettle, "fcntl-settle", 100*time.Millisecond, "with --locking=fcntl, let the transfer file go this long without a change the daemon did not make before locking it (SCR <= 1.2 fails on a busy fcntl lock)")
 	fs.BoolVar(&o.cfg.StrictModes, "strict-modes", false, "refuse a group-writable transfer file or control directory too")
 	fs.DurationVar(&o.cfg.Reread, "reread", reread, "read the transfer file at least this often (SCR_TRANSFER_SECS)")
@@ -75,7 +139,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.cfg.Flush.SyncBytes, "sync-bytes", flush.DefaultSyncBytes, "fsync the destination and record WRITTEN after this many bytes")
 	fs.DurationVar(&o.cfg.Flush.SyncInterval, "sync-interval", flush.DefaultSyncInterval, "... or after this long, whichever comes first")
 	fs.BoolVar(&o.cfg.Flush.DropCache, "drop-cache", true, "drop copied pages from the page cache on both sides once durable")
-	verify := fs.String("verify", "before", "checkpoint checks: off, before (identify and check the format before copying), after (re-read the durable copy and compare CRC32), both")
+	fs.StringVar(&o.verify, "verify", "before", "checkpoint checks: off, before (identify and check the format before copying), after (re-read the durable copy and compare CRC32), both")
 	fs.DurationVar(&o.cfg.RetryMin, "retry-min", time.Second, "first back-off after a file fails")
 	fs.DurationVar(&o.cfg.RetryMax, "retry-max", time.Minute, "longest back-off between attempts on a failing file")
 	fs.StringVar(&o.logFormat, "log-format", "console", "log format: console or json")
@@ -93,33 +157,21 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.ioIdle, "io-idle", false, "use the idle I/O scheduling class (ioprio)")
 	fs.StringVar(&o.metrics, "metrics-file", "", "write Prometheus metrics to this file (node_exporter textfile collector, *.prom), replaced atomically")
 	fs.BoolVar(&o.version, "version", false, "print the version (module version and VCS revision) and exit")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if o.version {
-		return o, nil
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return nil, errors.New("want exactly one TRANSFERFILE")
-	}
-	o.cfg.TransferFile = fs.Arg(0)
-	if o.cfg.Locking, err = hashfile.ParseLocking(*locking); err != nil {
-		return nil, err
-	}
-	if o.cfg.Verify, err = daemon.ParseVerify(*verify); err != nil {
-		return nil, err
-	}
-	if o.nice < 0 || o.nice > 19 {
-		return nil, fmt.Errorf("--nice %d: want 0 to 19", o.nice)
-	}
-	return o, nil
+	return o, fs, nil
 }
 
-func run(args []string, stderr io.Writer) int {
-	o, err := parse(args, stderr)
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if err == nil {
+		o.log, err = newLogger(o.logFormat, o.logLevel, stderr)
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "scr-transferd: %v\n(scr-transferd --help lists the flags)\n", err)
+		return 2
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "scr-transferd: %v\n", err)
@@ -127,18 +179,14 @@ func run(args []string, stderr io.Writer) int {
 	}
 	vi := version.Get()
 	if o.version {
-		fmt.Fprintln(os.Stdout, "scr-transferd", vi)
+		fmt.Fprintln(stdout, "scr-transferd", vi)
 		return 0
 	}
 	// Before anything else: on success this re-executes the program with
 	// the lowered priority, which every thread then inherits.
 	prioSettings := prio.Settings{Nice: o.nice, IOIdle: o.ioIdle}
 	_, prioErr := prio.Lower(prioSettings)
-	log, err := newLogger(o.logFormat, o.logLevel, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "scr-transferd: %v\n", err)
-		return 2
-	}
+	log := o.log
 	defer func() { _ = log.Sync() }()
 	o.cfg.Log = log
 	log.Info("scr-transferd starting", zap.String("version", vi.Version), zap.String("revision", vi.Revision),
@@ -168,7 +216,7 @@ func run(args []string, stderr io.Writer) int {
 func newLogger(format, level string, w io.Writer) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
 	}
 	ec := zap.NewProductionEncoderConfig()
 	ec.EncodeTime = zapcore.ISO8601TimeEncoder
@@ -180,7 +228,7 @@ func newLogger(format, level string, w io.Writer) (*zap.Logger, error) {
 		ec.EncodeLevel = zapcore.CapitalLevelEncoder
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
-		return nil, fmt.Errorf("--log-format %q: want console or json", format)
+		return nil, usageError{fmt.Sprintf("--log-format %q: want console or json", format)}
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
 }

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFlagsAnywhere(t *testing.T) {
+	for _, args := range [][]string{
+		{"--log-format", "json", "--retry-max=2m", "/c/transfer.scrinfo"},
+		{"/c/transfer.scrinfo", "--log-format", "json", "--retry-max=2m"},
+		{"--log-format=json", "/c/transfer.scrinfo", "--retry-max", "2m"},
+	} {
+		o, err := parse(args, new(bytes.Buffer))
+		if err != nil {
+			t.Errorf("%q: %v", args, err)
+			continue
+		}
+		if o.cfg.TransferFile != "/c/transfer.scrinfo" || o.logFormat != "json" || o.cfg.RetryMax != 2*time.Minute {
+			t.Errorf("%q: file %q, log format %q, retry-max %v", args, o.cfg.TransferFile, o.logFormat, o.cfg.RetryMax)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"--help", "-h", "-help"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"/c/transfer.scrinfo", arg}, &stdout, &stderr); code != 0 {
+			t.Errorf("%s: exit code %d, want 0", arg, code)
+		}
+		if !strings.HasPrefix(stdout.String(), "usage: scr-transferd") || !strings.Contains(stdout.String(), "-log-format") {
+			t.Errorf("%s: standard output %q, want the usage", arg, stdout.String())
+		}
+		if stderr.Len() != 0 {
+			t.Errorf("%s: standard error %q, want nothing", arg, stderr.String())
+		}
+	}
+}
+
+// TestCommandLineMistakes: each mistake gets one line naming it and a hint,
+// exit code 2, nothing on standard output.
+func TestCommandLineMistakes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"/c/t", "--nope"}, "unknown flag --nope"},
+		{[]string{"--log-format=xml", "/c/t"}, `--log-format "xml": want console or json`},
+		{[]string{"--log-level", "loud", "/c/t"}, `--log-level "loud": want debug, info, warn or error`},
+		{[]string{"/c/t", "--reread"}, "flag --reread needs a value"},
+		{[]string{"/c/t", "--reread=soon"}, `invalid value "soon" for flag --reread`},
+		{[]string{"/c/t", "--nice=25"}, "--nice 25: want 0 to 19"},
+		{[]string{"/c/t", "--verify=never"}, `unknown verify mode "never"`},
+		{[]string{}, "want exactly one TRANSFERFILE, got 0"},
+		{[]string{"/c/a", "/c/b"}, "want exactly one TRANSFERFILE, got 2"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(tc.args, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit code %d, want 2", tc.args, code)
+		}
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], "scr-transferd: ") || !strings.Contains(lines[0], tc.want) ||
+			!strings.Contains(lines[1], "scr-transferd --help") {
+			t.Errorf("%q: standard error\n%s\nwant one line with %q and a hint to --help", tc.args, stderr.String(), tc.want)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("%q: standard output %q, want nothing", tc.args, stdout.String())
+		}
+	}
+}
+
+// TestREADMEFlagTable: the README's table of daemon flags lists exactly the
+// flags --help lists, with the same defaults.
+func TestREADMEFlagTable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Daemon flags\n")
+	if !ok {
+		t.Fatal("README.md has no \"## Daemon flags\" section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	documented := map[string]string{} // flag -> default column
+	name := regexp.MustCompile("`--([a-z-]+)")
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.Contains(cells[1], "`--") {
+			continue
+		}
+		for _, m := range name.FindAllStringSubmatch(cells[1], -1) {
+			documented[m[1]] = strings.TrimSpace(cells[2])
+		}
+	}
+	t.Setenv("SCR_TRANSFER_SECS", "")
+	t.Setenv("SCR_FILE_BUF_SIZE", "")
+	_, fs, err := flags()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defined []string
+	fs.VisitAll(func(f *flag.Flag) {
+		defined = append(defined, f.Name)
+		def, ok := documented[f.Name]
+		switch {
+		case !ok:
+			t.Errorf("--%s is missing from the README's daemon flag table", f.Name)
+		case !defaultDocumented(def, f.DefValue):
+			t.Errorf("--%s: the README gives the default %q, --help %q", f.Name, def, f.DefValue)
+		}
+	})
+	for f := range documented {
+		if !slices.Contains(defined, f) {
+			t.Errorf("the README documents --%s, which the daemon does not have", f)
+		}
+	}
+}
+
+// defaultDocumented tells whether a README default cell ("1s, 1m",
+// "`SCR_TRANSFER_SECS` or 60s", "(none)") names the flag's default.
+func defaultDocumented(cell, def string) bool {
+	if def == "" || def == "[]" {
+		return strings.Contains(cell, "(none)") || strings.Contains(cell, "(all)")
+	}
+	want, werr := time.ParseDuration(def)
+	for _, tok := range strings.FieldsFunc(cell, func(r rune) bool { return r == ',' || r == ' ' || r == '`' }) {
+		if tok == def {
+			return true
+		}
+		if d, err := time.ParseDuration(tok); werr == nil && err == nil && d == want {
+			return true
+		}
+	}
+	return false
+}
