@@ -31,8 +31,8 @@ const (
 	libSeedEnv      = "SCR_TEST_LIB_SEED"      // seed of the library's choices
 	libHzEnv        = "SCR_TEST_LIB_HZ"        // most updates per second
 
-	contentionUpdatesEnv = "SCR_CONTENTION_UPDATES" // updates the library makes (default 6000)
-	contentionCapEnv     = "SCR_CONTENTION_CAP"     // time they may take at most (default 4m)
+	contentionUpdatesEnv = "SCR_CONTENTION_UPDATES" // updates the library makes (default 3000)
+	contentionCapEnv     = "SCR_CONTENTION_CAP"     // time they may take at most (default 8m)
 
 	libSeqKey = "LIBSEQ" // counter the library bumps on every update
 )
@@ -282,7 +282,7 @@ func (m *monitor) check(path string) {
 
 // TestContention re-executes the test binary as a second process that plays
 // the SCR library: it makes a fixed number of updates to the transfer file
-// under its lock (6000, at most 200 a second; the test asks for that work,
+// under its lock (3000, at most 200 a second; the test asks for that work,
 // not for a speed, and gives it a generous time), adding files, changing BW and flipping COMMAND
 // between RUN and STOP, while the daemon flushes. Inside every update the
 // library checks that all it wrote before is still there and that no
@@ -292,8 +292,8 @@ func (m *monitor) check(path string) {
 // library settles on RUN the flush must complete, with every destination
 // identical to its source.
 func TestContention(t *testing.T) {
-	updates := envInt(t, contentionUpdatesEnv, 6000)
-	limit := envDuration(t, contentionCapEnv, 4*time.Minute)
+	updates := envInt(t, contentionUpdatesEnv, 3000)
+	limit := envDuration(t, contentionCapEnv, 8*time.Minute)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("library seed %d, %d updates within %v", seed, updates, limit)
 	n := newNode(t)
@@ -336,18 +336,22 @@ func TestContention(t *testing.T) {
 	go func() { childDone <- child.Wait() }()
 
 	m := &monitor{written: map[string]int64{}, sources: map[string][]byte{}, completed: map[string]bool{}}
-	tick := time.NewTicker(50 * time.Millisecond)
+	// A pause of 50 ms after each read, not a 50 ms ticker: on a loaded
+	// machine a read can take longer than that, and back-to-back reads
+	// would hold the shared lock nearly all the time.
+	pause := time.NewTimer(50 * time.Millisecond)
 	var childErr error
 watch:
 	for {
 		select {
 		case childErr = <-childDone:
 			break watch
-		case <-tick.C:
+		case <-pause.C:
 			m.check(n.transfer)
+			pause.Reset(50 * time.Millisecond)
 		}
 	}
-	tick.Stop()
+	pause.Stop()
 	if childErr != nil {
 		t.Fatalf("library process: %v\n%s", childErr, stderr.String())
 	}
