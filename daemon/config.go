@@ -72,6 +72,10 @@ type Config struct {
 	// in error.
 	RetryMin, RetryMax time.Duration
 
+	// ProgressEvery is how often a progress line is logged for the file
+	// being copied; 0 logs none.
+	ProgressEvery time.Duration
+
 	// Insecure accepts a transfer file or control directory that another
 	// user owns or that group or other may write.
 	Insecure bool

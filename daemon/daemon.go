@@ -17,6 +17,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/filewatch"
 	"github.com/scr-transferd/scr-transferd/internal/instance"
+	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/internal/rate"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
@@ -54,7 +55,15 @@ type daemon struct {
 	lastShown Status
 	copied    atomic.Int64 // bytes made durable by this process, for metrics
 	meter     *rate.Meter  // the rate of copied while copying; nil while idle
+
+	limits       *limits   // BW and PERCENT last applied, nil before the first
+	throttled    uint64    // throttle pauses already logged
+	flushStarted time.Time // the flush under way began, zero when none
+	flushCopied  int64     // copied when it began
 }
+
+// limits are the BW and PERCENT in force, logged when they change.
+type limits struct{ bw, percent float64 }
 
 type retry struct {
 	delay time.Duration
@@ -77,7 +86,7 @@ type result struct {
 	warnings string // the checkpoint's warnings, "" if none or unchecked
 }
 
-// Run runs the daemon until the library asks it to EXIT (it returns nil)
+// Run runs the daemon until COMMAND EXIT (it returns nil)
 // or ctx is cancelled (a signal: it stops the copy at a consistent point,
 // records EXITING and returns nil). It returns an error only if it cannot
 // start.
@@ -162,6 +171,8 @@ func (d *daemon) loop(ctx context.Context) error {
 	var progressTicker *time.Ticker
 	heartbeat := time.NewTicker(d.beat.every)
 	defer heartbeat.Stop()
+	var progressLog <-chan time.Time // a progress line for the log
+	var progressLogTicker *time.Ticker
 
 	d.log.Info("started", zap.String("transfer_file", d.cfg.TransferFile),
 		zap.String("instance_lock", instance.LockPath(d.cfg.TransferFile)), zap.Int("pid", os.Getpid()),
@@ -175,7 +186,7 @@ func (d *daemon) loop(ctx context.Context) error {
 	for {
 		d.beat.loopBeat()
 		if d.state == transfer.Exiting && d.job == nil {
-			d.log.Info("exiting on the library's EXIT")
+			d.log.Info("exiting on COMMAND EXIT")
 			return nil
 		}
 		// Arm the retry timer for the earliest file waiting out its back-off.
@@ -195,6 +206,14 @@ func (d *daemon) loop(ctx context.Context) error {
 			progressTicker.Stop()
 			progressTicker, progress = nil, nil
 		}
+		// A progress line every ProgressEvery while copying.
+		if d.job != nil && progressLogTicker == nil && d.cfg.ProgressEvery > 0 {
+			progressLogTicker = time.NewTicker(d.cfg.ProgressEvery)
+			progressLog = progressLogTicker.C
+		} else if d.job == nil && progressLogTicker != nil {
+			progressLogTicker.Stop()
+			progressLogTicker, progressLog = nil, nil
+		}
 		select {
 		case <-ctx.Done():
 			return d.shutdown()
@@ -206,6 +225,9 @@ func (d *daemon) loop(ctx context.Context) error {
 			d.sync(false)
 		case <-progress:
 			d.report()
+			d.logThrottle()
+		case <-progressLog:
+			d.logProgress()
 		case <-heartbeat.C:
 		case r := <-d.results:
 			d.finish(r)
@@ -264,9 +286,16 @@ func (d *daemon) sync(first bool) {
 	}
 	var v transfer.View
 	var want, next transfer.State
-	var done bool
+	var done, staleExit bool
+	began := time.Now()
+	var locked time.Time
 	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
+		locked = time.Now()
 		v = transfer.Read(t)
+		if first && leftoverExit(v) {
+			t.Unset(transfer.KeyCommand)
+			v.Command, staleExit = "", true
+		}
 		for i := range v.Files {
 			if v.Files[i].Problem == nil {
 				v.Files[i].Problem = d.confine(v.Files[i])
@@ -294,19 +323,31 @@ func (d *daemon) sync(first bool) {
 		}
 		return
 	}
+	d.log.Debug("transfer file read under its lock", zap.Duration("lock_wait", locked.Sub(began)),
+		zap.Duration("held", time.Since(locked)), zap.Bool("wrote", wrote), zap.String("command", string(v.Command)),
+		zap.Int("files", len(v.Files)))
 	if wrote || d.wroteOK.Swap(false) || !d.fileWrite {
 		d.fileUsable()
 	} else {
 		// Read, but a rewrite still has to succeed: try again later.
 		d.fileRetry.at = time.Now().Add(d.fileRetry.delay)
 	}
+	if staleExit {
+		d.log.Warn("COMMAND EXIT left from an earlier run (STATE EXITING was recorded) removed; waiting for the next COMMAND",
+			zap.String("transfer_file", d.cfg.TransferFile))
+	}
 	d.applyLimits(v)
 	if next != d.state {
 		d.log.Info("state", zap.String("from", string(d.state)), zap.String("to", string(next)),
 			zap.String("command", string(v.Command)))
 	}
+	if next == transfer.Running && d.flushStarted.IsZero() {
+		d.flushStarted, d.flushCopied = time.Now(), d.copied.Load()
+	}
 	if done {
-		d.log.Info("flush complete: FLAG DONE set")
+		d.flushComplete(v)
+	} else if next != transfer.Running {
+		d.flushStarted = time.Time{} // STOP or EXIT: a later RUN starts the count again
 	}
 	if v.Unknown != "" && !d.problems["COMMAND "+v.Unknown] {
 		d.problems["COMMAND "+v.Unknown] = true
@@ -323,6 +364,66 @@ func (d *daemon) sync(first bool) {
 	d.removeStale()
 	d.schedule(v, want)
 	d.report()
+}
+
+// leftoverExit tells whether the transfer file a daemon finds at its start
+// holds a COMMAND EXIT that an earlier daemon already obeyed: it recorded
+// STATE EXITING. A daemon started after that is meant to serve the file
+// (exiting 0 at once would also keep systemd's Restart=on-failure from
+// ever starting it again), so the leftover is removed and the daemon
+// waits for the next COMMAND; a later EXIT is then obeyed as usual. An
+// EXIT nobody answered yet (STATE not EXITING: its daemon died first, or
+// it was written before this one started) is still obeyed.
+func leftoverExit(v transfer.View) bool {
+	return v.Command == transfer.Exit && v.State == transfer.Exiting
+}
+
+// flushComplete logs the end of a flush (FLAG DONE) with its totals: the
+// files and bytes the transfer file lists, what this process copied since
+// the flush began, how long that took and the average rate.
+func (d *daemon) flushComplete(v transfer.View) {
+	size, _ := v.Totals()
+	fields := []zap.Field{zap.Int("files", len(v.Files)), logging.Bytes("bytes", size)}
+	if !d.flushStarted.IsZero() {
+		elapsed := time.Since(d.flushStarted)
+		copied := d.copied.Load() - d.flushCopied
+		fields = append(fields, logging.Bytes("copied", copied), zap.Duration("elapsed", elapsed),
+			logging.Rate("average_rate", float64(copied)/max(elapsed.Seconds(), 1e-9)))
+	}
+	d.log.Info("flush complete: FLAG DONE set", fields...)
+	d.flushStarted = time.Time{}
+}
+
+// logProgress logs how far the copy under way has come.
+func (d *daemon) logProgress() {
+	if d.job == nil {
+		return
+	}
+	f := d.job.file
+	n := d.job.durable.Load()
+	rate := d.jobRate()
+	fields := []zap.Field{zap.String("src", f.Src), logging.Bytes("written", n), logging.Bytes("size", f.Size),
+		zap.Float64("percent", float64(int64(1000*float64(n)/float64(max(f.Size, 1))))/10), logging.Rate("rate", rate)}
+	if rate > 0 {
+		fields = append(fields, zap.Duration("eta", time.Duration(float64(f.Size-n)/rate*float64(time.Second))))
+	}
+	d.log.Info("progress", fields...)
+}
+
+// logThrottle logs, at debug level, the pauses BW and PERCENT imposed since
+// it last did.
+func (d *daemon) logThrottle() {
+	if !d.log.Core().Enabled(zap.DebugLevel) || d.limits == nil {
+		return
+	}
+	ts := d.throttle.Stats()
+	if ts.Sleeps == d.throttled {
+		return
+	}
+	d.log.Debug("throttle paused the copy", zap.Uint64("pauses", ts.Sleeps-d.throttled),
+		zap.Uint64("pauses_total", ts.Sleeps), zap.Duration("paused_total", ts.Slept),
+		zap.Float64("bw_limit", d.limits.bw), zap.Float64("percent_limit", d.limits.percent))
+	d.throttled = ts.Sleeps
 }
 
 // fileError logs a problem with the transfer file once, until it changes,
@@ -368,11 +469,26 @@ func fileErrKey(err error) string {
 // applyLimits hands BW and PERCENT to the throttle, keeping the last good
 // value of a malformed one.
 func (d *daemon) applyLimits(v transfer.View) {
+	next := limits{}
+	if d.limits != nil {
+		next = *d.limits
+	}
 	if !v.BWBad {
 		d.throttle.SetBW(v.BW)
+		next.bw = v.BW
 	}
 	if !v.PercentBad {
 		d.throttle.SetPercent(v.Percent)
+		next.percent = v.Percent
+	}
+	if d.limits == nil || next != *d.limits {
+		msg := "limits changed"
+		if d.limits == nil {
+			msg = "limits"
+		}
+		d.log.Info(msg, limitField("bw", next.bw, logging.Rate("bw", next.bw)),
+			limitField("percent", next.percent, zap.Float64("percent", next.percent)))
+		d.limits = &next
 	}
 	for _, p := range v.Problems {
 		if key := "top " + p.Error(); !d.problems[key] {
@@ -380,6 +496,14 @@ func (d *daemon) applyLimits(v transfer.View) {
 			d.log.Warn("malformed value in the transfer file ignored", zap.Error(p))
 		}
 	}
+}
+
+// limitField is a BW or PERCENT for the log: "unlimited" for 0.
+func limitField(key string, v float64, f zap.Field) zap.Field {
+	if v <= 0 {
+		return zap.String(key, "unlimited")
+	}
+	return f
 }
 
 // recordProblems writes an ERROR for entries that cannot be copied as they
@@ -477,7 +601,7 @@ func (d *daemon) start(f transfer.File) {
 	d.job = j
 	d.beat.workerStart()
 	d.log.Info("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
-		zap.Int64("size", f.Size), zap.Int64("from", f.Written))
+		logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
 	go func() {
 		r := result{job: j}
 		r.res, r.warnings, r.err = d.copyFile(ctx, j)
@@ -514,6 +638,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	commit := func(n int64, crc uint32) error {
 		ok := true
 		var prev int64
+		began := time.Now()
 		_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
 			prev = j.durable.Load()
 			ok = transfer.SetWrittenFrom(t, f, prev, n)
@@ -543,6 +668,8 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		if !ok {
 			return errEntryChanged
 		}
+		d.log.Debug("committed WRITTEN", zap.String("src", f.Src), logging.Bytes("written", n),
+			logging.Bytes("size", f.Size), zap.Duration("update", time.Since(began)))
 		if n > prev {
 			d.copied.Add(n - prev)
 		}
@@ -571,10 +698,10 @@ func (d *daemon) finish(r result) {
 			d.warned[f.Src] = r.warnings
 		}
 		d.lastOK = time.Now()
-		secs := time.Since(r.job.started).Seconds()
-		d.log.Info("flushed", zap.String("src", f.Src), zap.String("dest", f.Dest), zap.Int64("size", f.Size),
-			zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Float64("seconds", secs),
-			zap.Float64("mb_per_s", float64(f.Size-r.job.from)/1e6/max(secs, 1e-9)))
+		elapsed := time.Since(r.job.started)
+		d.log.Info("flushed", zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
+			zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
+			logging.Rate("average_rate", float64(f.Size-r.job.from)/max(elapsed.Seconds(), 1e-9)))
 	case r.err == nil:
 		// Stopped without an error: nothing to record.
 	case errors.As(r.err, new(*hashfile.WriteError)):
@@ -583,7 +710,7 @@ func (d *daemon) finish(r result) {
 		d.fileError(r.err)
 		d.backoff(f)
 	case errors.Is(r.err, context.Canceled):
-		d.log.Info("copy stopped", zap.String("src", f.Src), zap.Int64("written", r.job.durable.Load()))
+		d.log.Info("copy stopped", zap.String("src", f.Src), logging.Bytes("written", r.job.durable.Load()))
 	case errors.Is(r.err, errEntryChanged):
 		d.log.Warn("copy abandoned: the library removed or changed the FILES entry (removed, re-added or WRITTEN reset); its values win",
 			zap.String("src", f.Src), zap.Int64("daemon_written", r.job.durable.Load()))
@@ -733,4 +860,14 @@ func (d *daemon) lockWaitSince() time.Time {
 		return time.Unix(0, ns)
 	}
 	return time.Time{}
+}
+
+// jobRate is the rate at which the copy under way makes bytes durable:
+// the moving average status and metrics show; 0 when idle or not known yet.
+func (d *daemon) jobRate() float64 {
+	if d.job == nil || d.meter == nil {
+		return 0
+	}
+	r, _ := d.meter.Rate(time.Now())
+	return r
 }

@@ -22,12 +22,12 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/cliflag"
+	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/internal/prio"
 	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/internal/version"
@@ -142,7 +142,8 @@ func flags() (*options, *flag.FlagSet, error) {
 	fs.StringVar(&o.verify, "verify", "before", "checkpoint checks: off, before (identify and check the format before copying), after (re-read the durable copy and compare CRC32), both")
 	fs.DurationVar(&o.cfg.RetryMin, "retry-min", time.Second, "first back-off after a file fails")
 	fs.DurationVar(&o.cfg.RetryMax, "retry-max", time.Minute, "longest back-off between attempts on a failing file")
-	fs.StringVar(&o.logFormat, "log-format", "console", "log format: console or json")
+	fs.DurationVar(&o.cfg.ProgressEvery, "progress-interval", 30*time.Second, "log a progress line for the file being copied this often (0: never)")
+	fs.StringVar(&o.logFormat, "log-format", "console", "log format: console (sizes and rates in KiB, MiB, GiB) or json (raw bytes, bytes/s, seconds)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.cfg.Insecure, "insecure", false, "accept a transfer file or control directory owned by another user or writable by group/other")
 	fs.Func("allow-src", "only read sources under this directory (repeatable)", func(s string) error {
@@ -166,7 +167,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if err == nil {
-		o.log, err = newLogger(o.logFormat, o.logLevel, stderr)
+		if o.log, err = logging.New(o.logFormat, o.logLevel, stderr); err != nil {
+			err = usageError{err.Error()}
+		}
 	}
 	var ue usageError
 	if errors.As(err, &ue) {
@@ -211,26 +214,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-func newLogger(format, level string, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
-	}
-	ec := zap.NewProductionEncoderConfig()
-	ec.EncodeTime = zapcore.ISO8601TimeEncoder
-	var enc zapcore.Encoder
-	switch format {
-	case "json":
-		enc = zapcore.NewJSONEncoder(ec)
-	case "console":
-		ec.EncodeLevel = zapcore.CapitalLevelEncoder
-		enc = zapcore.NewConsoleEncoder(ec)
-	default:
-		return nil, usageError{fmt.Sprintf("--log-format %q: want console or json", format)}
-	}
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
 }
 
 // envSeconds reads a number of seconds from the environment, as SCR's
