@@ -69,7 +69,8 @@ type Config struct {
 	Verify Verify
 
 	// RetryMin and RetryMax bound the back-off between attempts on a file
-	// in error.
+	// in error: it doubles from RetryMin up to RetryMax, and each wait is
+	// drawn at random between half and all of it (see jittered).
 	RetryMin, RetryMax time.Duration
 
 	// ProgressEvery is how often a progress line is logged for the file

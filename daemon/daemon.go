@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -56,17 +57,19 @@ type daemon struct {
 	copied    atomic.Int64 // bytes made durable by this process, for metrics
 	meter     *rate.Meter  // the rate of copied while copying; nil while idle
 
-	limits       *limits   // BW and PERCENT last applied, nil before the first
-	throttled    uint64    // throttle pauses already logged
-	flushStarted time.Time // the flush under way began, zero when none
-	flushCopied  int64     // copied when it began
+	rand         func() float64 // uniform in [0, 1): the jitter of retries
+	limits       *limits        // BW and PERCENT last applied, nil before the first
+	throttled    uint64         // throttle pauses already logged
+	flushStarted time.Time      // the flush under way began, zero when none
+	flushCopied  int64          // copied when it began
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
 type limits struct{ bw, percent float64 }
 
 type retry struct {
-	delay time.Duration
+	delay time.Duration // back-off ceiling, doubling with each failure
+	wait  time.Duration // the jittered wait drawn under it
 	at    time.Time
 }
 
@@ -144,6 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 		stale:    map[string]bool{},
 		warned:   map[string]string{},
 		retries:  map[string]*retry{},
+		rand:     rand.Float64,
 		results:  make(chan result, 1),
 	}
 	if d.beat == nil {
@@ -731,7 +735,7 @@ func (d *daemon) fail(f transfer.File, err error) {
 	r := d.backoff(f)
 	msg := err.Error()
 	d.log.Error("copy failed", zap.String("src", f.Src), zap.String("dest", f.Dest),
-		zap.Error(err), zap.Duration("retry_in", r.delay))
+		zap.Error(err), zap.Duration("retry_in", r.wait))
 	if _, _, uerr := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
 		transfer.SetError(t, f.Src, msg)
 		return nil
@@ -747,8 +751,9 @@ func (d *daemon) backoff(f transfer.File) *retry {
 		r = &retry{}
 		d.retries[f.Src] = r
 	}
-	r.delay = min(max(r.delay*2, d.cfg.RetryMin), d.cfg.RetryMax)
-	r.at = time.Now().Add(r.delay)
+	r.delay = backoffCeiling(r.delay, d.cfg.RetryMin, d.cfg.RetryMax)
+	r.wait = jittered(r.delay, d.rand())
+	r.at = time.Now().Add(r.wait)
 	return r
 }
 

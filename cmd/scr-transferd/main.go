@@ -140,7 +140,7 @@ func flags() (*options, *flag.FlagSet, error) {
 	fs.DurationVar(&o.cfg.Flush.SyncInterval, "sync-interval", flush.DefaultSyncInterval, "... or after this long, whichever comes first")
 	fs.BoolVar(&o.cfg.Flush.DropCache, "drop-cache", true, "drop copied pages from the page cache on both sides once durable")
 	fs.StringVar(&o.verify, "verify", "before", "checkpoint checks: off, before (identify and check the format before copying), after (re-read the durable copy and compare CRC32), both")
-	fs.DurationVar(&o.cfg.RetryMin, "retry-min", time.Second, "first back-off after a file fails")
+	fs.DurationVar(&o.cfg.RetryMin, "retry-min", time.Second, "first back-off after a file fails; it doubles with each failure, and each wait is drawn at random between half and all of it")
 	fs.DurationVar(&o.cfg.RetryMax, "retry-max", time.Minute, "longest back-off between attempts on a failing file")
 	fs.DurationVar(&o.cfg.ProgressEvery, "progress-interval", 30*time.Second, "log a progress line for the file being copied this often (0: never)")
 	fs.StringVar(&o.logFormat, "log-format", "console", "log format: console (sizes and rates in KiB, MiB, GiB) or json (raw bytes, bytes/s, seconds)")
