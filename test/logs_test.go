@@ -104,7 +104,7 @@ func TestLogsJSON(t *testing.T) {
 	}
 	for msg, keys := range map[string][]string{
 		"progress":                      {"written", "size", "rate"},
-		"flushed":                       {"elapsed", "rate"},
+		"flushed":                       {"elapsed", "average_rate"},
 		"flush complete: FLAG DONE set": {"elapsed", "average_rate"},
 	} {
 		for _, k := range keys {
