@@ -62,14 +62,16 @@ type Store struct {
 	path    string
 	locking Locking
 
-	sem    chan struct{} // one caller at a time; a channel so that waiting for it is cancellable
-	rbuf   []byte        // last file image read, reused (decoded trees do not alias it)
-	wbuf   []byte        // last image encoded, reused
-	guard  func(*unix.Stat_t) error
-	onWait func(since time.Time)
-	settle time.Duration
-	own    fileSig     // the file as this Store last wrote it
-	mode   os.FileMode // of a file the Store creates, before the umask
+	sem       chan struct{} // one caller at a time; a channel so that waiting for it is cancellable
+	rbuf      []byte        // last file image read, reused (decoded trees do not alias it)
+	wbuf      []byte        // last image encoded, reused
+	guard     func(*unix.Stat_t) error
+	onWait    func(since time.Time)
+	settle    time.Duration
+	own       fileSig     // the file as this Store last wrote it
+	foreign   fileSig     // the last version of the file someone else wrote
+	foreignAt time.Time   // its change time; zero if none seen
+	mode      os.FileMode // of a file the Store creates, before the umask
 }
 
 // fileSig identifies a version of the file: its inode and change time.
@@ -125,12 +127,19 @@ func (s *Store) OnLockWait(fn func(since time.Time)) {
 	s.onWait = fn
 }
 
-// Settle makes every later access wait, before it takes the lock, until
-// the file has gone d without a change this Store did not make. SCR up to
-// 1.2 built with fcntl locking takes its lock with a non-blocking F_SETLK
-// and fails outright on EAGAIN; it accesses the file twice in a row (write,
-// then an immediate read), so a process that locks the file right after a
-// change it did not make is exactly in its way. Zero disables settling.
+// Settle makes every later access wait for a quiet moment of the library
+// before it takes the lock. SCR up to 1.2 built with fcntl locking takes
+// its lock with a non-blocking F_SETLK and fails outright on EAGAIN (it
+// then uses the return code as a file descriptor); it accesses the file in
+// bursts, a write and at once a read, so a process that locks the file
+// right after a change it did not make is exactly in its way.
+//
+// With settle d, an access after a change this Store did not make waits
+// until the file has gone d without one, then takes the lock only while
+// that quiet moment lasts (up to 2d after the change): later, the library
+// may be back at any moment, so the access waits for the library's next
+// change, or for 50d of quiet, when the library is taken to be idle. Zero
+// disables settling.
 func (s *Store) Settle(d time.Duration) {
 	s.sem <- struct{}{}
 	defer func() { <-s.sem }()
@@ -180,8 +189,12 @@ func (s *Store) open(flags int) (*os.File, error) {
 	return f, nil
 }
 
-// waitSettled waits until the file has gone s.settle without a change
-// this Store did not make.
+// settlePoll is how often an access waiting for the library's next change
+// looks at the file.
+const settlePoll = 2 * time.Millisecond
+
+// waitSettled waits for the quiet moment after the library's last change
+// (see Settle).
 func (s *Store) waitSettled(ctx context.Context) error {
 	if s.settle <= 0 {
 		return nil
@@ -191,14 +204,23 @@ func (s *Store) waitSettled(ctx context.Context) error {
 		if err := unix.Stat(s.path, &st); err != nil {
 			return nil // open reports it
 		}
-		if sigOf(&st) == s.own {
+		if sig := sigOf(&st); sig != s.own && sig != s.foreign {
+			s.foreign, s.foreignAt = sig, time.Unix(st.Ctim.Unix())
+		}
+		if s.foreignAt.IsZero() {
 			return nil
 		}
-		quiet := time.Until(time.Unix(st.Ctim.Unix()).Add(s.settle))
-		if quiet <= 0 {
+		age := time.Since(s.foreignAt)
+		var wait time.Duration
+		switch {
+		case age < s.settle:
+			wait = s.settle - age
+		case age <= 2*s.settle, age >= 50*s.settle:
 			return nil
+		default:
+			wait = min(settlePoll, 50*s.settle-age)
 		}
-		t := time.NewTimer(quiet)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -407,11 +429,11 @@ func readAll(f *os.File, buf []byte) ([]byte, error) {
 // LockRetryMin to LockRetryMax, giving up when ctx is done; otherwise it
 // waits in the kernel, as KVTree does.
 func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
-	err := tryLock(f, s.locking, exclusive, false)
+	err := s.tryLockSettled(f, exclusive)
 	if !errors.Is(err, errBusy) {
 		return err
 	}
-	if ctx.Done() == nil && s.onWait == nil {
+	if ctx.Done() == nil && s.onWait == nil && s.settle <= 0 {
 		return tryLock(f, s.locking, exclusive, true)
 	}
 	since := time.Now()
@@ -431,7 +453,10 @@ func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
 				s.locking, since.Format(time.RFC3339), context.Cause(ctx))
 		case <-t.C:
 		}
-		err := tryLock(f, s.locking, exclusive, false)
+		if err := s.waitSettled(ctx); err != nil {
+			return err
+		}
+		err := s.tryLockSettled(f, exclusive)
 		if !errors.Is(err, errBusy) {
 			return err
 		}
@@ -442,6 +467,27 @@ func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
 		delay = min(2*delay, LockRetryMax)
 		t.Reset(delay)
 	}
+}
+
+// tryLockSettled takes the lock without waiting. When settling, a change
+// someone made between the quiet moment seen and the lock taken (the
+// library's write, its read to follow) makes it let go at once and report
+// the lock busy, so that the caller waits for the next quiet moment.
+func (s *Store) tryLockSettled(f *os.File, exclusive bool) error {
+	if err := tryLock(f, s.locking, exclusive, false); err != nil || s.settle <= 0 {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	if sig := sigOf(&st); sig == s.own || sig == s.foreign {
+		return nil
+	}
+	if err := unlockAny(f, s.locking); err != nil {
+		return err
+	}
+	return errBusy
 }
 
 // errBusy is a lock another process holds.
@@ -484,6 +530,14 @@ func tryLock(f *os.File, locking Locking, exclusive, wait bool) error {
 			return fmt.Errorf("%s lock: %w", locking, err)
 		}
 	}
+}
+
+// unlockAny releases the lock of either kind before the file is closed.
+func unlockAny(f *os.File, locking Locking) error {
+	if locking == Fcntl {
+		return unlock(f)
+	}
+	return unix.Flock(int(f.Fd()), unix.LOCK_UN)
 }
 
 // unlock releases an fcntl lock before the file is closed.

@@ -1,0 +1,210 @@
+package test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// An SCR-1.2-like client: SCR up to 1.2 built with fcntl locking takes its
+// lock with F_SETLK, without waiting, and fails on EAGAIN. This process
+// does what the library does at a flush: a locked write, then at once a
+// locked read, then the application computes for a while; it counts every
+// lock attempt that fails. Between its write and its read it works for a
+// few milliseconds, as the library does, which is when a daemon reacting
+// to the write at once takes the lock.
+const (
+	scr12Env      = "SCR_TEST_SCR12_CLIENT" // the transfer file
+	scr12CycleEnv = "SCR_TEST_SCR12_CYCLES"
+	scr12PauseEnv = "SCR_TEST_SCR12_PAUSE"
+	scr12FilesEnv = "SCR_TEST_SCR12_FILES" // src|dest|size, newline-separated: one added every cycles/len cycles
+)
+
+type scr12Report struct {
+	Cycles, WriteFailures, ReadFailures int
+	MaxWritten                          int64 // most WRITTEN bytes the client saw in one read
+	FirstFailure                        string
+}
+
+func init() {
+	if path := os.Getenv(scr12Env); path != "" {
+		rep, err := scr12Client(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "scr12 client:", err)
+			os.Exit(1)
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(rep)
+		os.Exit(0)
+	}
+}
+
+// setlk takes an fcntl lock without waiting; errBusyLock if it is held.
+func setlk(f *os.File, typ int16) error {
+	lk := unix.Flock_t{Type: typ, Whence: io.SeekStart}
+	err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk)
+	if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
+		return errBusyLock
+	}
+	return err
+}
+
+var errBusyLock = errors.New("failed to acquire file lock (errno=11)")
+
+func scr12Client(path string) (*scr12Report, error) {
+	cycles, err := strconv.Atoi(os.Getenv(scr12CycleEnv))
+	if err != nil {
+		return nil, err
+	}
+	pause, err := time.ParseDuration(os.Getenv(scr12PauseEnv))
+	if err != nil {
+		return nil, err
+	}
+	files := strings.Split(os.Getenv(scr12FilesEnv), "\n")
+	every := max(cycles/len(files), 1)
+	rep := &scr12Report{}
+	fail := func(what string, i int) {
+		if rep.FirstFailure == "" {
+			rep.FirstFailure = fmt.Sprintf("%s at cycle %d", what, i)
+		}
+	}
+	for i := range cycles {
+		rep.Cycles++
+		// The write: read, modify, rewrite in place, under F_WRLCK.
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return nil, err
+		}
+		switch err := setlk(f, unix.F_WRLCK); {
+		case errors.Is(err, errBusyLock):
+			rep.WriteFailures++
+			fail("write lock", i)
+		case err != nil:
+			f.Close()
+			return nil, err
+		default:
+			img, err := io.ReadAll(f)
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			tr, err := hashfile.Decode(img)
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			tr.SetValue("LIBSEQ", strconv.Itoa(i))
+			if i%every == 0 && i/every < len(files) {
+				p := strings.Split(files[i/every], "|")
+				size, _ := strconv.ParseInt(p[2], 10, 64)
+				transfer.AddFile(tr, p[0], p[1], size)
+				transfer.SetCommand(tr, transfer.Run)
+			}
+			out := hashfile.Encode(tr)
+			if _, err := f.WriteAt(out, 0); err != nil {
+				f.Close()
+				return nil, err
+			}
+			if err := f.Truncate(int64(len(out))); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
+		f.Close()
+		// Then the test of the flush: a read under F_RDLCK, after the
+		// library's own few milliseconds of work in between.
+		time.Sleep(time.Duration(i%6) * time.Millisecond) // the library's work, not a wait for a condition
+		f, err = os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		switch err := setlk(f, unix.F_RDLCK); {
+		case errors.Is(err, errBusyLock):
+			rep.ReadFailures++
+			fail("read lock", i)
+		case err != nil:
+			f.Close()
+			return nil, err
+		default:
+			img, err := io.ReadAll(f)
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			tr, err := hashfile.Decode(img)
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			_, written := transfer.Read(tr).Totals()
+			rep.MaxWritten = max(rep.MaxWritten, written)
+		}
+		f.Close()
+		time.Sleep(pause) // the application computing between flushes
+	}
+	return rep, nil
+}
+
+// TestSCR12FcntlClient: with --locking=fcntl the daemon must never be
+// holding the lock when an SCR-1.2-like client makes its write-then-read
+// accesses, while it flushes the files that client hands it.
+func TestSCR12FcntlClient(t *testing.T) {
+	cycles := envInt(t, "SCR_TEST_FCNTL_CYCLES", 1000)
+	n := newNode(t)
+	n.store = hashfile.NewStore(n.transfer, hashfile.Fcntl)
+	srcs := map[string][]byte{}
+	var lines []string
+	for i := range 5 {
+		name := fmt.Sprintf("f%d.ckpt", i)
+		p, data := n.checkpoint(name, 2*mib)
+		srcs[p] = data
+		lines = append(lines, fmt.Sprintf("%s|%s|%d", p, n.dest(name), len(data)))
+	}
+	// The flush runs throughout the cycles: 10 MiB at 200 kB/s.
+	n.library(func(tr *hashfile.Tree) {
+		transfer.SetBW(tr, 200e3)
+		transfer.SetCommand(tr, transfer.Run)
+	})
+	d := n.start("--locking=fcntl", "--fcntl-settle=50ms", "--sync-interval=200ms")
+	n.waitFor("STATE recorded", settle, func(v transfer.View) bool { return v.State != "" })
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), scr12Env+"="+n.transfer, scr12CycleEnv+"="+strconv.Itoa(cycles),
+		scr12PauseEnv+"=150ms", scr12FilesEnv+"="+strings.Join(lines, "\n"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("client: %v: %s", err, stderr.String())
+	}
+	var rep scr12Report
+	must(t, json.Unmarshal(out, &rep))
+	t.Logf("client: %+v", rep)
+	if rep.Cycles != cycles {
+		t.Fatalf("client ran %d cycles, want %d", rep.Cycles, cycles)
+	}
+	if rep.WriteFailures+rep.ReadFailures != 0 {
+		t.Fatalf("%d write and %d read lock attempts failed (first: %s): SCR 1.2 would have hung",
+			rep.WriteFailures, rep.ReadFailures, rep.FirstFailure)
+	}
+	if rep.MaxWritten == 0 {
+		t.Fatal("the daemon recorded no progress during the client's cycles")
+	}
+	if !d.alive() {
+		t.Fatal("daemon died")
+	}
+	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
+	v := n.waitFor("DONE", settle, done)
+	checkFlushed(t, v, srcs)
+}
