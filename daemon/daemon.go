@@ -271,12 +271,31 @@ func (d *daemon) shutdown() error {
 	defer cancel()
 	if _, _, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
 		transfer.SetState(t, transfer.Exiting)
+		// The copy's last commit came after the last pass read the file:
+		// read it again so that the last status, metrics and log line
+		// count what the file now holds.
+		d.view = d.readView(t)
 		return nil
 	}); err != nil {
 		d.log.Error("exiting without recording STATE EXITING", zap.Error(err))
 	}
+	size, written := d.view.Totals()
+	d.log.Info("stopped", logging.Bytes("bytes_durable", written), logging.Bytes("bytes_pending", max(size-written, 0)))
 	d.report()
 	return nil
+}
+
+// readView reads the transfer file's view, with the entries the daemon
+// refuses marked with their Problem.
+func (d *daemon) readView(t *hashfile.Tree) transfer.View {
+	v := transfer.Read(t)
+	for i := range v.Files {
+		if v.Files[i].Problem == nil {
+			v.Files[i].Problem = d.confine(v.Files[i])
+		}
+	}
+	refuseConflicts(v.Files)
+	return v
 }
 
 // sync reads the transfer file under its lock, decides the state, records
@@ -295,17 +314,11 @@ func (d *daemon) sync(first bool) {
 	var locked time.Time
 	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
 		locked = time.Now()
-		v = transfer.Read(t)
+		v = d.readView(t)
 		if first && leftoverExit(v) {
 			t.Unset(transfer.KeyCommand)
 			v.Command, staleExit = "", true
 		}
-		for i := range v.Files {
-			if v.Files[i].Problem == nil {
-				v.Files[i].Problem = d.confine(v.Files[i])
-			}
-		}
-		refuseConflicts(v.Files)
 		want, done = transfer.Next(v, d.state, d.job != nil)
 		next = want
 		if d.job != nil && want != transfer.Running {

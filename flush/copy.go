@@ -524,8 +524,13 @@ func (r *run) copyData() error {
 			if got < n {
 				return r.sourceChanged(fmt.Sprintf("it ended at byte %d, SIZE is %d", off+int64(got), size))
 			}
-			if err := pwriteFull(r.tmp, buf[:n], off); err != nil {
-				return osErr(r.dstName, "cannot write partial copy "+r.tmpPath, err)
+			// Zeros read from a tail SEEK_DATA called a hole stay a hole in
+			// the copy (the partial copy ends before them until extended).
+			hole := r.seg.inTail(off) && allZero(buf[:n])
+			if !hole {
+				if err := pwriteFull(r.tmp, buf[:n], off); err != nil {
+					return osErr(r.dstName, "cannot write partial copy "+r.tmpPath, err)
+				}
 			}
 			if r.check != nil {
 				if err := r.check.Feed(off, buf[:n]); err != nil {
@@ -535,7 +540,9 @@ func (r *run) copyData() error {
 			r.crc = crc32.Update(crcZeros(r.crc, off-r.crcPos), crc32.IEEETable, buf[:n])
 			off += int64(n)
 			r.crcPos, r.pos, r.unsynced = off, off, r.unsynced+int64(n)
-			r.tempSize = max(r.tempSize, off)
+			if !hole {
+				r.tempSize = max(r.tempSize, off)
+			}
 			if off-r.kicked >= kickBytes {
 				// A hint only: errors are left for the fsync to report.
 				_ = unix.SyncFileRange(r.tmp, r.kicked, off-r.kicked, unix.SYNC_FILE_RANGE_WRITE)

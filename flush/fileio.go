@@ -1,6 +1,7 @@
 package flush
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -264,7 +265,9 @@ type segmenter struct {
 	explicit bool
 	ranges   []Range // sorted, merged; used when explicit
 	i        int
-	whole    bool // SEEK_DATA unsupported
+	whole    bool  // SEEK_DATA unsupported
+	tailDone int64 // the tail up to here was returned (see tail)
+	tailFrom int64 // where that tail starts
 }
 
 // next returns the first data range [start,end) at or after off, clipped to
@@ -291,20 +294,66 @@ func (s *segmenter) next(off, limit int64) (start, end int64, ok bool, err error
 	d, err := unix.Seek(s.fd, off, unix.SEEK_DATA)
 	switch {
 	case errors.Is(err, unix.ENXIO):
-		return 0, 0, false, nil // only a hole (or nothing) from off on
+		// Only a hole (or nothing) from off on, says the file system; but
+		// some miss data there (tmpfs answers ENXIO for the last page of a
+		// file whose size is near 2^63-1), so the tail is read, not trusted.
+		return s.tail(off, limit)
 	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EOPNOTSUPP):
 		s.whole = true
 		return off, limit, true, nil
 	case err != nil:
 		return 0, 0, false, err
 	}
+	if d < off {
+		d = off // an answer before the offset asked: read from the offset
+	}
 	if d >= limit {
-		return 0, 0, false, nil
+		return s.tail(off, limit)
 	}
 	h, err := unix.Seek(s.fd, d, unix.SEEK_HOLE)
 	if err != nil {
 		return 0, 0, false, err
 	}
+	if h <= d {
+		h = limit // no hole after data is impossible: read to the limit
+	}
 	end = min(h, limit)
 	return d, end, d < end, nil
+}
+
+// tailWindow is how much of a file's end is read even where SEEK_DATA says
+// it is a hole: the largest page (a PMD-sized huge page) a file system's
+// seek may misjudge at the end of a file.
+const tailWindow = 2 << 20
+
+// tail returns the last tailWindow bytes before limit that lie at or after
+// off, as data: what SEEK_DATA claimed to be hole there is read, and holes
+// read as zeros, so nothing is lost if the claim was wrong. Once returned,
+// the tail is not returned again (calls come with non-decreasing off).
+func (s *segmenter) tail(off, limit int64) (start, end int64, ok bool, err error) {
+	start = max(off, (limit-1)&^(tailWindow-1), s.tailDone)
+	if start >= limit {
+		return 0, 0, false, nil
+	}
+	s.tailDone, s.tailFrom = limit, start
+	return start, limit, true, nil
+}
+
+// inTail tells whether off lies in a tail returned by tail.
+func (s *segmenter) inTail(off int64) bool { return s.tailDone > 0 && off >= s.tailFrom }
+
+// allZero tells whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.NativeEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,64 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/scr-transferd/scr-transferd/flush"
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/units"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// TestFinalStatusCountsTheLastCommit: the commit a SIGTERM makes is the
+// last thing the daemon records; the last STATUS= (what the last metrics
+// are made of) and the last log line must count it.
+func TestFinalStatusCountsTheLastCommit(t *testing.T) {
+	n := newNode(t)
+	src, data := n.checkpoint("a.ckpt", 8*mib)
+	n.add(src, n.dest("a.ckpt"))
+	n.library(func(tr *hashfile.Tree) {
+		transfer.SetBW(tr, slowBW)
+		transfer.SetCommand(tr, transfer.Run)
+	})
+	sock := filepath.Join(n.root, "notify.sock")
+	notes := notifySocket(t, sock)
+	// Batches too large to end before the signal: the only commit is the
+	// one the signal makes.
+	d := n.startEnv([]string{"NOTIFY_SOCKET=" + sock}, "--sync-interval=1h", "--sync-bytes=1073741824", "--log-format=json")
+	partial := flush.TempPath(n.dest("a.ckpt"))
+	deadline := time.Now().Add(settle)
+	for {
+		if fi, err := os.Stat(partial); err == nil && fi.Size() >= mib {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the partial copy never reached 1 MiB")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if w := n.view().Files[0].Written; w != 0 {
+		t.Fatalf("WRITTEN %d recorded before the signal; the test needs the signal's commit to be the only one", w)
+	}
+	d.signal(syscall.SIGTERM)
+	if code := d.wait(settle); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	w := n.view().Files[0].Written
+	if w < mib {
+		t.Fatalf("WRITTEN %d after SIGTERM: the copied bytes were not committed", w)
+	}
+	want := fmt.Sprintf("%s pending", units.IEC(float64(int64(len(data))-w)))
+	final := awaitNote(t, notes, "the final STATUS=", func(m string) bool {
+		return strings.HasPrefix(m, "STATUS=") && strings.Contains(m, string(transfer.Exiting))
+	})
+	if !strings.Contains(final, want) {
+		t.Errorf("final %q, want %q (WRITTEN %d of %d)", final, want, w, len(data))
+	}
+	d.waitLogAfter(0, settle, `"msg":"stopped"`, fmt.Sprintf(`"bytes_durable":%d`, w))
+}
