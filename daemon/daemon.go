@@ -173,8 +173,12 @@ func (d *daemon) loop(ctx context.Context) error {
 	retryTimer.Stop()
 	var progress <-chan time.Time
 	var progressTicker *time.Ticker
-	heartbeat := time.NewTicker(d.beat.every)
-	defer heartbeat.Stop()
+	var heartbeat <-chan time.Time
+	if d.beat.every > 0 {
+		t := time.NewTicker(d.beat.every)
+		defer t.Stop()
+		heartbeat = t.C
+	}
 	var progressLog <-chan time.Time // a progress line for the log
 	var progressLogTicker *time.Ticker
 
@@ -232,7 +236,7 @@ func (d *daemon) loop(ctx context.Context) error {
 			d.logThrottle()
 		case <-progressLog:
 			d.logProgress()
-		case <-heartbeat.C:
+		case <-heartbeat:
 		case r := <-d.results:
 			d.finish(r)
 			d.sync(false)

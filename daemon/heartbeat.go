@@ -18,13 +18,11 @@ type Heartbeat struct {
 	worker      atomic.Int64 // unix ns of the copy's last beat; 0 when no copy runs
 }
 
-// NewHeartbeat returns a Heartbeat whose idle loop beats every every
-// (a second if every is not positive).
+// NewHeartbeat returns a Heartbeat whose idle loop beats every every. If
+// every is not positive (no watchdog reads it), an idle loop does not wake
+// up to beat: an idle daemon stays asleep.
 func NewHeartbeat(every time.Duration) *Heartbeat {
-	if every <= 0 {
-		every = time.Second
-	}
-	h := &Heartbeat{every: every}
+	h := &Heartbeat{every: max(every, 0)}
 	h.loopBeat()
 	return h
 }
