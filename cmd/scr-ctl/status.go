@@ -38,7 +38,8 @@ with --watch, which redraws the view in place on a terminal (on anything
 else it prints one view per reading) until interrupted. The transfer file
 may disappear and come back meanwhile (SCR removes it at every SCR_Init):
 --watch says so and goes on. --json prints one JSON object (schema 1, see
-the README); with --watch, one compact object per line per reading.`
+the README); with --watch, one compact object per line per reading, and
+none while the file is missing.`
 
 // statusReport is the report of package status, named here for the demo.
 type statusReport = status.Report
