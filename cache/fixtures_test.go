@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/scr-transferd/scr-transferd/cache/cachetest"
 )
 
 // memFS is an in-memory fileSystem keyed by absolute path.
@@ -423,44 +425,12 @@ func ftiRun(o binary.ByteOrder) [][]byte {
 
 // ---- LIME / SciDAC ----
 
-type limeRec struct {
-	typ    string
-	data   []byte
-	mb, me bool
-}
+// The LIME encoder is cachetest's, shared with scr-ctl demo's samples.
+type limeRec = cachetest.LIMERecord
 
-// limeEncode lays records end to end with zero padding to 8 bytes.
-func limeEncode(recs []limeRec) []byte {
-	var b []byte
-	for _, r := range recs {
-		h := make([]byte, limeHeaderSize)
-		binary.BigEndian.PutUint32(h, limeMagic)
-		binary.BigEndian.PutUint16(h[4:], limeVersion)
-		if r.mb {
-			h[6] |= limeFlagMB
-		}
-		if r.me {
-			h[6] |= limeFlagME
-		}
-		binary.BigEndian.PutUint64(h[8:], uint64(len(r.data)))
-		copy(h[16:], r.typ)
-		b = append(b, h...)
-		b = append(b, r.data...)
-		b = append(b, make([]byte, (8-len(r.data)%8)%8)...)
-	}
-	return b
-}
-
-// message marks the first record MB and the last ME.
-func message(recs ...limeRec) []limeRec {
-	recs[0].mb = true
-	recs[len(recs)-1].me = true
-	return recs
-}
-
-func xmlRec(typ, body string) limeRec {
-	return limeRec{typ: typ, data: append([]byte(`<?xml version="1.0" encoding="UTF-8"?>`+body), 0)}
-}
+func limeEncode(recs []limeRec) []byte  { return cachetest.LIMEEncode(recs) }
+func message(recs ...limeRec) []limeRec { return cachetest.LIMEMessage(recs...) }
+func xmlRec(typ, body string) limeRec   { return cachetest.XMLRecord(typ, body) }
 
 // scidacSums computes suma and sumb over datums with the given ranks.
 func scidacSums(data []byte, datum int, ranks []uint64) (uint32, uint32) {
@@ -514,7 +484,7 @@ func (f scidacField) messages(binType string, withSums bool) []limeRec {
 	recs := []limeRec{
 		xmlRec(typePrivateRecordXML, fmt.Sprintf("<scidacRecord><version>1.1</version>%s<datatype>X</datatype><precision>F</precision><typesize>%d</typesize><datacount>%d</datacount></scidacRecord>", rt, f.typesize, f.datacount)),
 		xmlRec(typeRecordXML, "<info>user</info>"),
-		{typ: binType, data: f.data},
+		{Type: binType, Data: f.data},
 	}
 	if withSums {
 		a, b := scidacSums(f.data, f.typesize*f.datacount, f.ranks)
@@ -560,7 +530,7 @@ func scidacPartition(dims []int, field, global scidacField, nvol int, owner func
 			binary.BigEndian.PutUint32(sl[4*i:], uint32(r))
 			data = append(data, field.data[r*datum:(r+1)*datum]...)
 		}
-		slRec := limeRec{typ: typeSitelist, data: sl}
+		slRec := limeRec{Type: typeSitelist, Data: sl}
 		if v == 0 {
 			recs := message(
 				xmlRec(typePrivateFileXML, "<scidacFile><version>1.1</version><spacetime>"+fmt.Sprint(len(dims))+"</spacetime><dims>"+dimsText(dims)+"</dims><volfmt>2</volfmt></scidacFile>"),
@@ -569,13 +539,13 @@ func scidacPartition(dims []int, field, global scidacField, nvol int, owner func
 			)
 			f := field
 			msgs := f.messages(typeScidacBinary, true) // sums over the whole lattice
-			msgs[2].data = data
+			msgs[2].Data = data
 			recs = append(recs, msgs...)
 			recs = append(recs, global.messages(typeScidacBinary, true)...)
 			out[v] = limeEncode(recs)
 			continue
 		}
-		out[v] = limeEncode(append(message(slRec), message(limeRec{typ: typeScidacBinary, data: data})...))
+		out[v] = limeEncode(append(message(slRec), message(limeRec{Type: typeScidacBinary, Data: data})...))
 	}
 	return out
 }

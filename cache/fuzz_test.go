@@ -131,7 +131,7 @@ func FuzzLIME(f *testing.F) {
 	f.Add(scidacSingle(dims, field, limeGlobal(), hyper), []byte(nil))
 	vols := scidacPartition(dims, field, limeGlobal(), 2, func(r int) int { return r % 2 })
 	f.Add(vols[0], vols[1])
-	f.Add(limeEncode(message(limeRec{typ: "a", data: []byte("12345")}, limeRec{typ: "b"})), []byte(nil))
+	f.Add(limeEncode(message(limeRec{Type: "a", Data: []byte("12345")}, limeRec{Type: "b"})), []byte(nil))
 	f.Fuzz(func(t *testing.T, vol0, vol1 []byte) {
 		fsys := memFS{"/f/c.lime.vol0000": vol0, "/f/c.lime.vol0001": vol1}
 		fuzzInspect(t, fsys, "/f/c.lime.vol0000", "/f/c.lime.vol0001")

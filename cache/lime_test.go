@@ -71,14 +71,14 @@ func TestLIMEGenerated(t *testing.T) {
 }
 
 func TestLIMEWithoutSciDAC(t *testing.T) {
-	plain := limeEncode(append(message(limeRec{typ: "lime-note", data: []byte("x")}),
-		message(limeRec{typ: "a", data: make([]byte, 16)}, limeRec{typ: "b"}, limeRec{typ: "c", data: []byte("1234567")})...))
+	plain := limeEncode(append(message(limeRec{Type: "lime-note", Data: []byte("x")}),
+		message(limeRec{Type: "a", Data: make([]byte, 16)}, limeRec{Type: "b"}, limeRec{Type: "c", Data: []byte("1234567")})...))
 	rep, err := inspectBytes(t, "f", plain)
 	wantValid(t, rep, err, LIME)
 	if !strings.Contains(rep.Detail, "4 records in 2 messages") || len(rep.Warnings) != 0 {
 		t.Fatalf("detail %q warnings %q", rep.Detail, rep.Warnings)
 	}
-	alien := limeEncode(message(xmlRec(typeILDGFormat, "<ildgFormat/>"), limeRec{typ: typeILDGBinary, data: make([]byte, 64)}))
+	alien := limeEncode(message(xmlRec(typeILDGFormat, "<ildgFormat/>"), limeRec{Type: typeILDGBinary, Data: make([]byte, 64)}))
 	rep, err = inspectBytes(t, "f", alien)
 	wantValid(t, rep, err, LIME)
 	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "no checksum") {
@@ -123,7 +123,7 @@ func TestLIMECorrupt(t *testing.T) {
 	replaceXML := func(rec int, typ, body string) func([]byte) []byte {
 		return rebuild(func(r []limeRec) []limeRec {
 			x := xmlRec(typ, body)
-			x.mb, x.me = r[rec].mb, r[rec].me
+			x.MB, x.ME = r[rec].MB, r[rec].ME
 			r[rec] = x
 			return r
 		})
@@ -150,7 +150,7 @@ func TestLIMECorrupt(t *testing.T) {
 		{"cut inside a header", func(b []byte) []byte { return b[:offs[6]+100] }, "E_TRUNCATED_HEADER", "100 of the 144"},
 		{"cut inside a payload", func(b []byte) []byte { return b[:binOff+1000] }, "E_TRUNCATED_PAYLOAD", fmt.Sprintf("at %d declares 1536 payload bytes, only 1000 present", offs[4])},
 		{"cut inside padding", func([]byte) []byte {
-			return limeEncode(message(limeRec{typ: "a", data: []byte("12345")}))[:limeHeaderSize+7]
+			return limeEncode(message(limeRec{Type: "a", Data: []byte("12345")}))[:limeHeaderSize+7]
 		}, "E_MISSING_PADDING", ""},
 		{"non-zero padding", func(b []byte) []byte { b[offs[1]-1] = 1; return b }, "E_BAD_PADDING", ""},
 		{"first record without MB", flags(0, 0), "E_MESSAGE", ""},
@@ -160,10 +160,10 @@ func TestLIMECorrupt(t *testing.T) {
 		{"payload bit flip", func(b []byte) []byte { b[binOff+700] ^= 0x10; return b }, "E_CHECKSUM", "computed suma"},
 		{"global payload flip", func(b []byte) []byte { b[offs[8]+limeHeaderSize] ^= 1; return b }, "E_CHECKSUM", ""},
 		{"checksum without digits", replaceXML(5, typeChecksum, "<scidacChecksum><suma>zz</suma><sumb>1</sumb></scidacChecksum>"), "E_SCIDAC", "not a 32-bit hex"},
-		{"checksum record missing", rebuild(func(r []limeRec) []limeRec { r[4].me = true; return r[:5] }), "E_SCIDAC", "found 1, 1 and 0"},
+		{"checksum record missing", rebuild(func(r []limeRec) []limeRec { r[4].ME = true; return r[:5] }), "E_SCIDAC", "found 1, 1 and 0"},
 		{"binary before its record XML", rebuild(func(r []limeRec) []limeRec {
 			r[2], r[4] = r[4], r[2]
-			r[2].mb, r[4].mb = true, false
+			r[2].MB, r[4].MB = true, false
 			return r
 		}), "E_SCIDAC", "in that order"},
 		{"no dims", replaceXML(0, typePrivateFileXML, "<scidacFile><volfmt>0</volfmt></scidacFile>"), "E_SCIDAC", "no <dims>"},
@@ -178,9 +178,9 @@ func TestLIMECorrupt(t *testing.T) {
 		{"datum wrong", replaceXML(2, typePrivateRecordXML, "<recordtype>0</recordtype><typesize>12</typesize><datacount>3</datacount>"), "E_LENGTH", "want 64 sites of 36 bytes"},
 		{"no recordtype", replaceXML(2, typePrivateRecordXML, "<typesize>12</typesize><datacount>2</datacount>"), "E_SCIDAC", "no <recordtype>"},
 		{"hypercube outside the lattice", replaceXML(2, typePrivateRecordXML, "<recordtype>2</recordtype><typesize>12</typesize><datacount>2</datacount><hyperlower>0 0 0 0</hyperlower><hyperupper>4 0 0 0</hyperupper>"), "E_SCIDAC", "outside the lattice"},
-		{"XML record too large", rebuild(func(r []limeRec) []limeRec { r[2].data = make([]byte, maxXMLBytes+1); return r }), "E_SCIDAC", "larger than"},
+		{"XML record too large", rebuild(func(r []limeRec) []limeRec { r[2].Data = make([]byte, maxXMLBytes+1); return r }), "E_SCIDAC", "larger than"},
 		{"stray scidac record", func([]byte) []byte {
-			return limeEncode(message(limeRec{typ: typeScidacBinary, data: []byte("x")}, limeRec{typ: "other"}))
+			return limeEncode(message(limeRec{Type: typeScidacBinary, Data: []byte("x")}, limeRec{Type: "other"}))
 		}, "E_SCIDAC", "no scidac-private-file-xml"},
 	}
 	for _, tc := range tests {
@@ -280,9 +280,9 @@ func TestLIMEPartitionProblems(t *testing.T) {
 			// 21 sites of 24 bytes in the list, 20 in the data.
 			sl := v[2][limeHeaderSize : limeHeaderSize+84]
 			data := v[2][376 : 376+20*24]
-			v[2] = limeEncode(append(message(limeRec{typ: typeSitelist, data: sl}), message(limeRec{typ: typeScidacBinary, data: data})...))
+			v[2] = limeEncode(append(message(limeRec{Type: typeSitelist, Data: sl}), message(limeRec{Type: typeScidacBinary, Data: data})...))
 		}, 0, "E_LENGTH", ""},
-		{"not a volume beside the set", func(v map[int][]byte) { v[9] = limeEncode(message(limeRec{typ: "x"})) }, 0, "E_SCIDAC", "not a partition volume"},
+		{"not a volume beside the set", func(v map[int][]byte) { v[9] = limeEncode(message(limeRec{Type: "x"})) }, 0, "E_SCIDAC", "not a partition volume"},
 		{"two masters", func(v map[int][]byte) { v[9] = v[0] }, 2, "E_SCIDAC", "two master volumes"},
 	}
 	for _, tc := range tests {

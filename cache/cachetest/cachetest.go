@@ -1,9 +1,11 @@
 // Package cachetest writes checkpoint files byte for byte the way each
 // library lays them out: a SIONlib container whose chunks are partly filled
 // (the gaps left as holes), an FTI-FF checkpoint, a SciDAC (QIO) LIME file
-// with its checksums, and a plain file. scr-ctl demo flushes them, and the
-// tests of cache, scr-ctl and the daemon check and damage them, so that
-// the samples a person sees and the files the tests trust are the same.
+// with its checksums, and a plain file (Samples), and encodes LIME records
+// (LIMEEncode). scr-ctl demo flushes the samples; the tests of cache and
+// scr-ctl check and damage them and build their LIME and SciDAC files with
+// the same encoder, so that the samples a person sees and the files the
+// tests trust are the same.
 //
 // The encoders here are written from the formats' specifications and the
 // libraries' sources, independently of package cache's decoders, so that a
@@ -202,43 +204,57 @@ func WriteFTIFF(path string) error {
 	return os.WriteFile(path, out, 0o644)
 }
 
-// LIME record header layout and flags.
+// LIME record header layout (big-endian): magic, version 1, the
+// message-begin (MB) and message-end (ME) flags, payload length, type.
 const (
-	limeHeader = 144
-	limeMB     = 0x80
-	limeME     = 0x40
+	limeMagic   = 0x456789ab
+	limeVersion = 1
+	limeHeader  = 144
+	limeMB      = 0x80
+	limeME      = 0x40
 )
 
-type limeRecord struct {
-	typ  string
-	data []byte
+// LIMERecord is one LIME record to encode.
+type LIMERecord struct {
+	Type   string
+	Data   []byte
+	MB, ME bool // begins, ends a message
 }
 
-// appendLIMEMessage appends the records of one message: a 144-byte
-// big-endian header each (magic, version 1, MB on the first and ME on the
-// last, payload length, type), then the payload padded with zeros to 8.
-func appendLIMEMessage(b []byte, recs ...limeRecord) []byte {
-	for i, r := range recs {
+// LIMEEncode lays records end to end, each a 144-byte header and its
+// payload padded with zeros to 8 bytes, as LIME's writer does.
+func LIMEEncode(recs []LIMERecord) []byte {
+	var b []byte
+	for _, r := range recs {
 		h := make([]byte, limeHeader)
-		binary.BigEndian.PutUint32(h, 0x456789ab)
-		binary.BigEndian.PutUint16(h[4:], 1)
-		if i == 0 {
+		binary.BigEndian.PutUint32(h, limeMagic)
+		binary.BigEndian.PutUint16(h[4:], limeVersion)
+		if r.MB {
 			h[6] |= limeMB
 		}
-		if i == len(recs)-1 {
+		if r.ME {
 			h[6] |= limeME
 		}
-		binary.BigEndian.PutUint64(h[8:], uint64(len(r.data)))
-		copy(h[16:], r.typ)
+		binary.BigEndian.PutUint64(h[8:], uint64(len(r.Data)))
+		copy(h[16:], r.Type)
 		b = append(b, h...)
-		b = append(b, r.data...)
-		b = append(b, make([]byte, (8-len(r.data)%8)%8)...)
+		b = append(b, r.Data...)
+		b = append(b, make([]byte, (8-len(r.Data)%8)%8)...)
 	}
 	return b
 }
 
-func xmlPayload(body string) []byte {
-	return append([]byte(`<?xml version="1.0" encoding="UTF-8"?>`+body), 0)
+// LIMEMessage marks the first record MB and the last ME, and returns recs.
+func LIMEMessage(recs ...LIMERecord) []LIMERecord {
+	recs[0].MB = true
+	recs[len(recs)-1].ME = true
+	return recs
+}
+
+// XMLRecord is a record of type typ holding an XML document with body, NUL
+// terminated as QIO writes it.
+func XMLRecord(typ, body string) LIMERecord {
+	return LIMERecord{Type: typ, Data: append([]byte(`<?xml version="1.0" encoding="UTF-8"?>`+body), 0)}
 }
 
 // WriteLIME writes a single SciDAC file (QIO's volfmt 0) holding one
@@ -262,22 +278,21 @@ func WriteLIME(path string) error {
 		suma ^= bits.RotateLeft32(c, r%29)
 		sumb ^= bits.RotateLeft32(c, r%31)
 	}
-	var b []byte
-	b = appendLIMEMessage(b,
-		limeRecord{"scidac-private-file-xml", xmlPayload(fmt.Sprintf(
+	recs := LIMEMessage(
+		XMLRecord("scidac-private-file-xml", fmt.Sprintf(
 			"<scidacFile><version>1.1</version><spacetime>%d</spacetime><dims>%s</dims><volfmt>0</volfmt></scidacFile>",
-			len(dims), dimsText.String()))},
-		limeRecord{"scidac-file-xml", xmlPayload("<info>sample lattice</info>")},
+			len(dims), dimsText.String())),
+		XMLRecord("scidac-file-xml", "<info>sample lattice</info>"),
 	)
-	b = appendLIMEMessage(b,
-		limeRecord{"scidac-private-record-xml", xmlPayload(fmt.Sprintf(
+	recs = append(recs, LIMEMessage(
+		XMLRecord("scidac-private-record-xml", fmt.Sprintf(
 			"<scidacRecord><version>1.1</version><date>Thu Jan  1 00:00:00 1970 UTC</date><recordtype>0</recordtype>"+
 				"<datatype>QDP_F3_ColorMatrix</datatype><precision>F</precision><colors>3</colors>"+
-				"<typesize>%d</typesize><datacount>%d</datacount></scidacRecord>", typesize, datacount))},
-		limeRecord{"scidac-record-xml", xmlPayload("<info>gauge field</info>")},
-		limeRecord{"scidac-binary-data", field},
-		limeRecord{"scidac-checksum", xmlPayload(fmt.Sprintf(
-			"<scidacChecksum><version>1.0</version><suma>%x</suma><sumb>%x</sumb></scidacChecksum>", suma, sumb))},
-	)
-	return os.WriteFile(path, b, 0o644)
+				"<typesize>%d</typesize><datacount>%d</datacount></scidacRecord>", typesize, datacount)),
+		XMLRecord("scidac-record-xml", "<info>gauge field</info>"),
+		LIMERecord{Type: "scidac-binary-data", Data: field},
+		XMLRecord("scidac-checksum", fmt.Sprintf(
+			"<scidacChecksum><version>1.0</version><suma>%x</suma><sumb>%x</sumb></scidacChecksum>", suma, sumb)),
+	)...)
+	return os.WriteFile(path, LIMEEncode(recs), 0o644)
 }

@@ -2,7 +2,7 @@
 // one run on the same files, and prints the performance table of
 // docs/PERFORMANCE.md:
 //
-//	go run ./test/bench [-dir DIR] [-size 512MiB] [-idle 60s] [-runs 3]
+//	go run ./test/bench [-dir DIR] [-size 512MiB] [-idle 120s] [-runs 3] [-only SECTIONS]
 //
 // Every figure is a ratio against a reference measured in the same run, or
 // against the limit the daemon was given, because the machine is shared and
@@ -42,6 +42,9 @@ type config struct {
 	idle    time.Duration
 	latency int
 	only    string
+
+	interferenceSize   int64 // bytes of the flush beside the triad
+	interferenceRounds int
 }
 
 func run() error {
@@ -50,15 +53,21 @@ func run() error {
 	flag.StringVar(&c.dir, "dir", os.TempDir(), "directory for the cache, PFS and control files (one file system, like a node's local disk)")
 	flag.StringVar(&size, "size", "512MiB", "size of the file for the throughput and throttle runs")
 	flag.IntVar(&c.runs, "runs", 3, "repetitions of each throughput measurement (the median is reported)")
-	flag.DurationVar(&c.idle, "idle", 60*time.Second, "how long to watch the idle daemon's CPU and memory")
+	flag.DurationVar(&c.idle, "idle", 120*time.Second, "how long to watch the idle daemon's CPU, memory and wake-ups")
 	flag.IntVar(&c.latency, "latency-trials", 20, "RUN to first WRITTEN trials")
-	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,latency,idle,verify,sparse,hashfile (default all)")
+	var isize string
+	flag.StringVar(&isize, "interference-size", "4GiB", "size of the flush beside the triad in the interference section")
+	flag.IntVar(&c.interferenceRounds, "interference-rounds", 5, "interleaved rounds of the interference section (the median is reported)")
+	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile (default all)")
 	flag.Parse()
 	n, err := parseSize(size)
 	if err != nil {
 		return fmt.Errorf("-size: %w", err)
 	}
 	c.size = n
+	if c.interferenceSize, err = parseSize(isize); err != nil {
+		return fmt.Errorf("-interference-size: %w", err)
+	}
 	work, err := os.MkdirTemp(c.dir, "scr-bench-")
 	if err != nil {
 		return err
@@ -76,9 +85,11 @@ func run() error {
 	}{
 		{"copy", b.copyThroughput},
 		{"bw", b.bandwidth},
-		{"percent", b.percent},
+		{"percent", b.dutyCycle},
+		{"burst", b.oneSecondFlush},
 		{"latency", b.runLatency},
-		{"idle", b.idleCost},
+		{"idle", b.idleShm},
+		{"interference", b.interference},
 		{"verify", b.verifyThroughput},
 		{"sparse", b.sparseFlush},
 		{"hashfile", b.hashfileBench},

@@ -185,45 +185,6 @@ func windowRates(s []sample, w time.Duration) (lo, hi float64) {
 	return lo, hi
 }
 
-// percent checks the daemon's CPU share (user+system, from the kernel)
-// against PERCENT during unthrottled flushes.
-func (b *bench) percent() error {
-	if err := b.startDaemon(); err != nil {
-		return err
-	}
-	src := filepath.Join(b.cache, "pct.bin")
-	size := b.c.size
-	if err := makeFile(src, size); err != nil {
-		return err
-	}
-	defer os.Remove(src)
-	fmt.Printf("## CPU share limit (%d MiB flush, no BW limit; CPU = user+system of the daemon process)\n\n", size>>20)
-	fmt.Println("| PERCENT | CPU s | wall s | CPU share | share/limit | MB/s |")
-	fmt.Println("|---:|---:|---:|---:|---:|---:|")
-	for _, p := range []float64{5, 20, 50} {
-		if err := warm(src); err != nil {
-			return err
-		}
-		c0, err := b.cpuTime()
-		if err != nil {
-			return err
-		}
-		d, err := b.flush(src, filepath.Join(b.pfs, "pct.bin"), size, 0, p)
-		if err != nil {
-			return err
-		}
-		c1, err := b.cpuTime()
-		if err != nil {
-			return err
-		}
-		share := (c1 - c0).Seconds() / d.Seconds()
-		fmt.Printf("| %.0f | %.2f | %.2f | %.1f %% | %.2f | %.0f |\n", p, (c1 - c0).Seconds(), d.Seconds(), share*100, share*100/p, mbps(size, d))
-		os.Remove(filepath.Join(b.pfs, "pct.bin"))
-	}
-	fmt.Println()
-	return nil
-}
-
 // runLatency measures the time from the library's RUN to the first WRITTEN
 // of a small file, which the daemon records once the file is durable.
 func (b *bench) runLatency() error {
@@ -259,34 +220,6 @@ func (b *bench) runLatency() error {
 	fmt.Printf("## RUN to first WRITTEN (4 KiB file, %d trials; includes fsync, rename and directory fsync)\n\n", len(lat))
 	fmt.Printf("| median | min | max |\n|---:|---:|---:|\n| %.1f ms | %.1f ms | %.1f ms |\n\n",
 		ms(median(lat)), ms(minDur(lat)), ms(maxDur(lat)))
-	return nil
-}
-
-// idleCost measures CPU and memory of a daemon with nothing to do, from the
-// moment it has recorded STATE STOPPED (so any start-up work left counts).
-func (b *bench) idleCost() error {
-	if err := b.startDaemon(); err != nil {
-		return err
-	}
-	c0, err := b.cpuTime()
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	time.Sleep(b.c.idle)
-	c1, err := b.cpuTime()
-	if err != nil {
-		return err
-	}
-	wall := time.Since(start)
-	mem, err := b.proc.MemoryInfo()
-	if err != nil {
-		return err
-	}
-	fmt.Printf("## Idle daemon (STOPPED, watching the transfer file) for %v\n\n", b.c.idle)
-	fmt.Println("| CPU | share of one core | RSS |")
-	fmt.Println("|---:|---:|---:|")
-	fmt.Printf("| %.3f s | %.4f %% | %.1f MB |\n\n", (c1 - c0).Seconds(), (c1-c0).Seconds()/wall.Seconds()*100, float64(mem.RSS)/1e6)
 	return nil
 }
 
