@@ -110,8 +110,15 @@ func (s *service) loop(ctx context.Context) {
 		s.log.Info("systemd watchdog", zap.Duration("timeout", d), zap.Duration("ping_every", d/2))
 	}
 	stalled := "" // what stopped the pings, logged once
-	tick := time.NewTicker(metricsEvery)
-	defer tick.Stop()
+	// Metrics are written at most every metricsEvery, on a ticker that runs
+	// only when there is a metrics file: an idle daemon without one wakes
+	// for nothing.
+	var tick <-chan time.Time
+	if s.metrics != nil {
+		t := time.NewTicker(metricsEvery)
+		defer t.Stop()
+		tick = t.C
+	}
 	ready := false
 	dirty := false // metrics to write at the next tick
 	var last daemon.Status
@@ -146,7 +153,7 @@ func (s *service) loop(ctx context.Context) {
 			return
 		case <-s.wake:
 			handle()
-		case <-tick.C:
+		case <-tick:
 			if dirty {
 				dirty = false
 				s.writeMetrics(last)
