@@ -22,7 +22,8 @@ type Liveness struct {
 // v. The daemon's instance lock (internal/instance) is the truth: held
 // means served, present but free means the daemon that held it has ended,
 // however it ended. Where no lock file exists (a daemon that does not take
-// it, or none ever started), the reading decides: no STATE means no daemon
+// it, or none ever started), or it cannot be probed (another user's, not
+// readable), the reading decides: no STATE means no daemon
 // has answered, STATE EXITING that it has left; any other STATE is taken
 // as a daemon at work, which cannot tell a daemon killed without a chance
 // to record EXITING. A daemon that has recorded EXITING is leaving even
@@ -30,11 +31,15 @@ type Liveness struct {
 func Probe(transferFile string, v transfer.View) (Liveness, error) {
 	lock := instance.LockPath(transferFile)
 	_, err := os.Lstat(lock)
+	note := ""
 	switch {
 	case err == nil:
 		pid, held, err := instance.Holder(transferFile)
 		if err != nil {
-			return Liveness{}, err
+			// A lock file this user cannot open or probe (another
+			// user's daemon): the reading has to decide.
+			note = fmt.Sprintf("the lock cannot be probed: %v", err)
+			break
 		}
 		switch {
 		case !held:
@@ -44,13 +49,15 @@ func Probe(transferFile string, v transfer.View) (Liveness, error) {
 		}
 		return Liveness{Serving: true, PID: pid, Reason: fmt.Sprintf("served by PID %d (lock %s)", pid, lock)}, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return Liveness{}, fmt.Errorf("daemon lock: %w", err)
+		note = fmt.Sprintf("the lock cannot be probed: %v", err)
+	default:
+		note = "no lock file " + lock
 	}
 	switch v.State {
 	case "":
-		return Liveness{Reason: "no daemon has recorded a STATE and none holds the lock " + lock + "; is scr-transferd running on this file?"}, nil
+		return Liveness{Reason: "no daemon has recorded a STATE (" + note + "); is scr-transferd running on this file?"}, nil
 	case transfer.Exiting:
-		return Liveness{Reason: "STATE EXITING: the daemon has exited"}, nil
+		return Liveness{Reason: "STATE EXITING: the daemon has exited (" + note + ")"}, nil
 	}
-	return Liveness{Serving: true, Reason: fmt.Sprintf("STATE %s recorded (no lock file %s to confirm it)", v.State, lock)}, nil
+	return Liveness{Serving: true, Reason: fmt.Sprintf("STATE %s recorded (%s)", v.State, note)}, nil
 }

@@ -3,6 +3,7 @@ package status
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/scr-transferd/scr-transferd/internal/instance"
@@ -46,5 +47,19 @@ func TestProbe(t *testing.T) {
 	}
 	if got := probe(transfer.Running); got.Serving {
 		t.Errorf("lock released, STATE RUNNING: %+v", got)
+	}
+	// A lock that cannot be probed (here a symbolic link, which the
+	// instance lock refuses) leaves the decision to the reading.
+	if err := os.Remove(instance.LockPath(tf)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/nonexistent", instance.LockPath(tf)); err != nil {
+		t.Fatal(err)
+	}
+	if got := probe(transfer.Running); !got.Serving || !strings.Contains(got.Reason, "cannot be probed") {
+		t.Errorf("unprobeable lock, STATE RUNNING: %+v", got)
+	}
+	if got := probe(""); got.Serving {
+		t.Errorf("unprobeable lock, no STATE: %+v", got)
 	}
 }
