@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -99,9 +100,13 @@ func TestFlushJobScript(t *testing.T) {
 			)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
+			// Its own process group: whatever the script leaves running
+			// (a daemon, should it fail) is killed with it.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()
 			select {
