@@ -104,10 +104,23 @@ func TestPrologStartsTheUnit(t *testing.T) {
 		t.Fatalf("drop-ins: %v", confs)
 	}
 	b, _ := os.ReadFile(confs[0])
-	for _, want := range []string{"User=" + s.user, "ReadWritePaths= -/p/lustre/" + s.user + " -/p/scratch/" + s.user} {
+	for _, want := range []string{"User=" + s.user, "ReadWritePaths=-/p/lustre/" + s.user + " -/p/scratch/" + s.user} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("drop-in lacks %q:\n%s", want, b)
 		}
+	}
+
+	// No paths: no ReadWritePaths= line, which would empty the unit's list.
+	s2 := newSiteScript(t)
+	if code, _ := s2.run(t, "slurm/prolog.sh", "SCR_TRANSFERD_RW_PATHS= "); code != 0 {
+		t.Fatal("prolog failed")
+	}
+	confs, _ = filepath.Glob(filepath.Join(s2.units, "scr-transferd@*.service.d", "job.conf"))
+	if len(confs) != 1 {
+		t.Fatalf("drop-ins: %v", confs)
+	}
+	if b, _ := os.ReadFile(confs[0]); strings.Contains(string(b), "ReadWritePaths=") {
+		t.Errorf("an empty ReadWritePaths= resets the unit's writable paths:\n%s", b)
 	}
 }
 

@@ -57,12 +57,13 @@ for p in ${SCR_TRANSFERD_RW_PATHS:-/p/lustre/%u}; do
     rw="$rw -${p//%u/$user}"
 done
 mkdir -p "$dropin" || fail "cannot create $dropin"
-cat > "$dropin/job.conf" <<CONF || fail "cannot write $dropin/job.conf"
-[Service]
-User=$user
-Group=$group
-ReadWritePaths=$rw
-CONF
+{
+    printf '[Service]\nUser=%s\nGroup=%s\n' "$user" "$group"
+    # An empty ReadWritePaths= would reset the unit's own list (/dev/shm).
+    if [ -n "$rw" ]; then
+        printf 'ReadWritePaths=%s\n' "${rw# }"
+    fi
+} > "$dropin/job.conf" || fail "cannot write $dropin/job.conf"
 systemctl daemon-reload || fail "systemctl daemon-reload failed"
 # Type=notify: this returns once the daemon has recorded its first STATE.
 if ! timeout "${SCR_TRANSFERD_START_TIMEOUT:-60}" systemctl start "$unit"; then
