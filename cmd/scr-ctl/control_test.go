@@ -45,14 +45,14 @@ func TestControlDrivesTheDaemon(t *testing.T) {
 	}
 
 	// run --wait returns once the daemon says RUNNING (1 MiB/s: 3 s of work).
-	r := ctl(t, "run", "--wait", "--timeout=20s", tf)
+	r := ctl(t, "run", "--wait", "--grace=1m", "--timeout=20s", tf)
 	wantCode(t, r, 0, "run --wait")
 	wantIn(t, r.stdout, "STATE RUNNING", "run --wait")
 	if st := readView(t, tf).State; st != transfer.Running && !readView(t, tf).Done {
 		t.Fatalf("run --wait returned with STATE %q", st)
 	}
 
-	r = ctl(t, "stop", "--wait", "--timeout=20s", tf)
+	r = ctl(t, "stop", "--wait", "--grace=1m", "--timeout=20s", tf)
 	wantCode(t, r, 0, "stop --wait")
 	wantIn(t, r.stdout, "STATE STOPPED", "stop --wait")
 	v = readView(t, tf)
@@ -62,13 +62,13 @@ func TestControlDrivesTheDaemon(t *testing.T) {
 
 	wantCode(t, ctl(t, "set", tf, "bw", "0"), 0, "set bw 0")
 	wantCode(t, ctl(t, "run", tf), 0, "run")
-	r = ctl(t, "wait", tf, "--timeout", "60s") // flags after the file work too
+	r = ctl(t, "wait", tf, "--grace=1m", "--timeout", "60s") // flags after the file work too
 	wantCode(t, r, 0, "wait")
 	wantIn(t, r.stdout, "flush complete: 2 files, 3.50 MiB (3670016 bytes); waited ", "wait")
 	sameFile(t, src1, dst1)
 	sameFile(t, src2, dst2)
 
-	r = ctl(t, "exit", "--wait", "--timeout=20s", tf)
+	r = ctl(t, "exit", "--wait", "--grace=1m", "--timeout=20s", tf)
 	wantCode(t, r, 0, "exit --wait")
 	wantIn(t, r.stdout, "STATE EXITING", "exit --wait")
 	d.wantExit(t, 20*time.Second)
@@ -80,7 +80,7 @@ func TestRunWaitAcceptsDone(t *testing.T) {
 	dir := t.TempDir()
 	tf := filepath.Join(dir, "transfer.scrinfo")
 	startDaemon(t, tf)
-	r := ctl(t, "run", "--wait", "--timeout=20s", tf)
+	r := ctl(t, "run", "--wait", "--grace=1m", "--timeout=20s", tf)
 	wantCode(t, r, 0, "run --wait")
 	wantIn(t, r.stdout, "FLAG DONE", "run --wait with nothing to copy")
 }
@@ -92,7 +92,7 @@ func TestWaitNamesTheFileInError(t *testing.T) {
 	startDaemon(t, tf)
 	wantCode(t, ctl(t, "add", "--size=4096", tf, missing, filepath.Join(dir, "pfs", "gone.ckpt")), 0, "add --size")
 	wantCode(t, ctl(t, "run", tf), 0, "run")
-	r := ctl(t, "wait", "--fail-on-error", "--timeout=30s", tf)
+	r := ctl(t, "wait", "--fail-on-error", "--grace=1m", "--timeout=30s", tf)
 	wantCode(t, r, 1, "wait on a file in error")
 	wantIn(t, r.stderr, missing, "wait names the file")
 	wantIn(t, r.stderr, "ERROR", "wait gives the error")

@@ -109,7 +109,7 @@ func TestWaitThroughATransientError(t *testing.T) {
 	startDaemon(t, tf)
 	wantCode(t, ctl(t, "add", "--size=65536", tf, late, filepath.Join(dir, "pfs", "late.ckpt")), 0, "add --size")
 	wantCode(t, ctl(t, "run", tf), 0, "run")
-	w := startCtl(t, "wait", "--timeout=2m", tf)
+	w := startCtl(t, "wait", "--grace=1m", "--timeout=2m", tf)
 	pollFor(t, "the ERROR of the missing source", time.Minute, func() bool {
 		v := readView(t, tf)
 		return len(v.Files) == 1 && v.Files[0].State() == transfer.StateError
@@ -145,7 +145,7 @@ func TestWaitFailOnError(t *testing.T) {
 	startDaemon(t, tf)
 	wantCode(t, ctl(t, "add", "--size=4096", tf, missing, filepath.Join(dir, "pfs", "gone.ckpt")), 0, "add --size")
 	wantCode(t, ctl(t, "run", tf), 0, "run")
-	r := ctl(t, "wait", "--fail-on-error", "--timeout=1m", tf)
+	r := ctl(t, "wait", "--fail-on-error", "--grace=1m", "--timeout=1m", tf)
 	wantCode(t, r, 1, "wait --fail-on-error")
 	wantIn(t, r.stderr, missing+" -> ", "wait names the file")
 	wantIn(t, r.stderr, "--fail-on-error", "wait says why it stopped")
@@ -162,11 +162,13 @@ func TestWaitWhenTheDaemonDies(t *testing.T) {
 	wantCode(t, ctl(t, "add", tf, src, filepath.Join(dir, "pfs", "big.ckpt")), 0, "add")
 	wantCode(t, ctl(t, "set", tf, "bw", "256K"), 0, "set bw") // 32 s of work
 	wantCode(t, ctl(t, "run", tf), 0, "run")
-	w := startCtl(t, "wait", "--grace=1s", "--timeout=2m", tf)
 	pollFor(t, "the copy to start", time.Minute, func() bool {
 		v := readView(t, tf)
 		return v.State == transfer.Running && len(v.Files) == 1 && v.Files[0].Written > 0
 	})
+	// Started once the daemon is surely up, so that a short grace cannot
+	// mistake a daemon still starting on a loaded machine for none.
+	w := startCtl(t, "wait", "--grace=1s", "--timeout=2m", tf)
 	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -197,10 +199,10 @@ func TestWaitWithoutADaemon(t *testing.T) {
 	// A daemon that served the file and was told to exit left its lock
 	// file behind, unheld.
 	d := startDaemon(t, tf)
-	wantCode(t, ctl(t, "stop", "--wait", "--timeout=1m", tf), 0, "stop --wait")
+	wantCode(t, ctl(t, "stop", "--wait", "--grace=1m", "--timeout=1m", tf), 0, "stop --wait")
 	src2 := filepath.Join(dir, "c")
 	writeFile(t, src2, 100, 2)
-	wantCode(t, ctl(t, "exit", "--wait", "--timeout=1m", tf), 0, "exit --wait")
+	wantCode(t, ctl(t, "exit", "--wait", "--grace=1m", "--timeout=1m", tf), 0, "exit --wait")
 	if _, held, err := instance.Holder(tf); err != nil || held {
 		t.Fatalf("exit --wait returned with the daemon's lock still held (%v)", err)
 	}
