@@ -80,13 +80,18 @@ type job struct {
 	started time.Time
 	from    int64
 	durable atomic.Int64 // written by the worker's commits
+	// subs, for a batch of small files, are the jobs of its files; file
+	// then sums their sizes and WRITTEN values, for progress reports.
+	subs  []*job
+	batch *flush.Batch // the batch a file's copy completes into, nil if none
 }
 
 type result struct {
 	job      *job
 	res      flush.Result
 	err      error
-	warnings string // the checkpoint's warnings, "" if none or unchecked
+	warnings string   // the checkpoint's warnings, "" if none or unchecked
+	batch    []result // for a batch, one result per file taken up
 }
 
 // Run runs the daemon until COMMAND EXIT (it returns nil)
@@ -568,7 +573,7 @@ func (d *daemon) schedule(v transfer.View, want transfer.State) {
 	if d.job != nil {
 		if want != transfer.Running {
 			d.job.cancel()
-		} else if why := d.stillWanted(v, d.job); why != "" {
+		} else if why := d.jobWanted(v, d.job); why != "" {
 			d.log.Warn("copy abandoned: "+why, zap.String("src", d.job.file.Src),
 				zap.Int64("daemon_written", d.job.durable.Load()))
 			d.job.cancel()
@@ -578,17 +583,26 @@ func (d *daemon) schedule(v transfer.View, want transfer.State) {
 	if d.state != transfer.Running {
 		return
 	}
-	now := time.Now()
-	for _, f := range v.Files {
-		if f.Problem != nil || !f.Pending() {
-			continue
-		}
-		if r := d.retries[f.Src]; r != nil && now.Before(r.at) {
-			continue
-		}
-		d.start(f)
-		return
+	switch files := d.pickBatch(v, time.Now()); len(files) {
+	case 0:
+	case 1:
+		d.start(files[0])
+	default:
+		d.startBatch(files)
 	}
+}
+
+// jobWanted is stillWanted for every file of the job.
+func (d *daemon) jobWanted(v transfer.View, j *job) string {
+	if j.subs == nil {
+		return d.stillWanted(v, j)
+	}
+	for _, sub := range j.subs {
+		if why := d.stillWanted(v, sub); why != "" {
+			return why
+		}
+	}
+	return ""
 }
 
 // stillWanted returns why the copy under way must stop because of its
@@ -638,6 +652,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	fj := flush.Job{Src: f.Src, Dst: f.Dest, Size: f.Size, Written: f.Written}
 	fj.SrcRoot, _ = confinedRoot(f.Src, d.cfg.AllowSrc)
 	fj.DstRoot, _ = confinedRoot(f.Dest, d.cfg.AllowDest)
+	fj.Batch = j.batch
 	var v *checkpointVerifier
 	if d.cfg.Verify.before() {
 		root := fj.SrcRoot
@@ -705,6 +720,12 @@ func (d *daemon) finish(r result) {
 	d.job = nil
 	d.beat.workerStop()
 	r.job.cancel()
+	if r.batch != nil {
+		for _, sub := range r.batch {
+			d.finish(sub)
+		}
+		return
+	}
 	f := r.job.file
 	if r.res.Restarted != "" {
 		d.log.Warn("resume impossible; copied from the start", zap.String("src", f.Src), zap.String("reason", r.res.Restarted))

@@ -87,6 +87,11 @@ type Job struct {
 	// as zeros. Nil means the whole file, with holes found by
 	// SEEK_DATA/SEEK_HOLE; an empty non-nil slice means the file is all hole.
 	Ranges []Range
+	// Batch, when set, defers the end of a completed copy: the data is
+	// fsynced and published under its final name, but the directory's
+	// fsync is left to Batch.Sync and commit is not called with Size; the
+	// caller records the completion once Batch.Sync has succeeded.
+	Batch *Batch
 	// Verify, when set, checks the source's content on the descriptor the
 	// copy opened, as the bytes are copied; the copy is published only on
 	// its sound verdict. Ranges it returns replace the job's. On a resume
@@ -758,7 +763,16 @@ func (r *run) finish() error {
 		return osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
 	}
 	r.dirsPending = true
-	if err := r.syncDirs(); err != nil {
+	if b := r.job.Batch; b != nil && b.keep(r.dir, filepath.Dir(r.dst)) {
+		// The Batch fsyncs the directory once for all its copies; the
+		// directories this copy created are fsynced here.
+		for _, d := range r.newDirParents {
+			if err := fsyncDir(d); err != nil {
+				return osErr(r.dstName, "cannot fsync directory "+d, err)
+			}
+		}
+		r.newDirParents, r.dirsPending = nil, false
+	} else if err := r.syncDirs(); err != nil {
 		return err
 	}
 	// The destination is where it says: DESTINATION, resolved afresh from
@@ -779,12 +793,19 @@ func (r *run) finish() error {
 		return osErr(r.dstName, "cannot close partial copy "+r.tmpPath, err)
 	}
 	r.res = Result{Written: size, CRC: r.crc, Complete: true, Restarted: r.res.Restarted}
+	if r.job.Batch != nil {
+		return r.paceDone() // the caller records it with the Batch
+	}
 	if err := r.commit(size, r.crc); err != nil {
 		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName, err)
 	}
-	// Pay for the fsyncs and the publishing work too, so the share holds
-	// over whole files; an interruption here loses nothing, the copy is
-	// complete and committed.
+	return r.paceDone()
+}
+
+// paceDone pays for the fsyncs and the publishing work too, so the share
+// holds over whole files; an interruption here loses nothing, the copy is
+// complete.
+func (r *run) paceDone() error {
 	if err := r.w.Pace(r.ctx); err != nil && !r.isCtxErr(err) {
 		return err
 	}

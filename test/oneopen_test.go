@@ -16,7 +16,9 @@ import (
 
 // openWatch counts the opens of files in one directory with inotify
 // (IN_OPEN), which the kernel reports for every open of any kind, FIFOs
-// and O_PATH-less opens included, whoever makes it.
+// included, whoever makes it, and the closes of files opened for writing
+// (IN_CLOSE_WRITE). Closes are watched too so that no two successive
+// events are identical, which inotify would merge into one.
 type openWatch struct {
 	t  *testing.T
 	fd int
@@ -27,14 +29,18 @@ func watchOpens(t *testing.T, dir string) *openWatch {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	must(t, err)
 	t.Cleanup(func() { unix.Close(fd) })
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_OPEN); err != nil {
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_OPEN|unix.IN_CLOSE_WRITE|unix.IN_CLOSE_NOWRITE); err != nil {
 		t.Fatal(err)
 	}
 	return &openWatch{t: t, fd: fd}
 }
 
 // opens returns the number of opens of each name reported so far.
-func (w *openWatch) opens() map[string]int {
+func (w *openWatch) opens() map[string]int { return w.events(unix.IN_OPEN) }
+
+// events returns the number of events in mask for each name reported so
+// far, and forgets them.
+func (w *openWatch) events(mask uint32) map[string]int {
 	got := map[string]int{}
 	buf := make([]byte, 64<<10)
 	for {
@@ -46,7 +52,7 @@ func (w *openWatch) opens() map[string]int {
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
 			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
 			name := string(buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)])
-			if ev.Mask&unix.IN_OPEN != 0 {
+			if ev.Mask&mask != 0 {
 				got[strings.TrimRight(name, "\x00")]++
 			}
 			off += unix.SizeofInotifyEvent + int(ev.Len)

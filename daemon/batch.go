@@ -1,0 +1,153 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/scr-transferd/scr-transferd/flush"
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// Small files are flushed in batches: the worker copies several, each
+// fsynced and published under its name, fsyncs each destination directory
+// once (flush.Batch) and records them all in one locked update of the
+// transfer file (WRITTEN = SIZE, CRC, no ERROR, WARNING). The transfer file
+// is then read, decoded, encoded and rewritten once per batch instead of
+// once per file, which is what made the cost of a file grow with the number
+// of entries. Nothing is recorded before it is durable.
+const (
+	// maxBatchFiles bounds the files of one batch.
+	maxBatchFiles = 1024
+)
+
+// batchable reports whether f may join a batch: a file small enough that
+// its copy makes no intermediate commit worth recording on its own.
+func (d *daemon) batchable(f transfer.File) bool {
+	return f.Size < d.cfg.Flush.SyncBytes/4
+}
+
+// pickBatch returns the files to copy next, in the transfer file's order:
+// the first pending file alone when it is large, else the pending small
+// files after it, up to maxBatchFiles and SyncBytes in all.
+func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
+	var files []transfer.File
+	var bytes int64
+	for _, f := range v.Files {
+		if f.Problem != nil || !f.Pending() {
+			continue
+		}
+		if r := d.retries[f.Src]; r != nil && now.Before(r.at) {
+			continue
+		}
+		if !d.batchable(f) {
+			if len(files) == 0 {
+				return []transfer.File{f}
+			}
+			continue
+		}
+		files = append(files, f)
+		bytes += f.Size
+		if len(files) == maxBatchFiles || bytes >= d.cfg.Flush.SyncBytes {
+			break
+		}
+	}
+	return files
+}
+
+// startBatch starts the worker on several small files.
+func (d *daemon) startBatch(files []transfer.File) {
+	ctx, cancel := context.WithCancel(context.Background())
+	agg := transfer.File{Src: files[0].Src, Dest: files[0].Dest}
+	for _, f := range files {
+		agg.Size += f.Size
+		agg.Written += min(f.Written, f.Size)
+	}
+	j := &job{file: agg, cancel: cancel, started: time.Now(), from: agg.Written}
+	j.durable.Store(agg.Written)
+	for _, f := range files {
+		sub := &job{file: f, cancel: cancel, from: f.Written}
+		sub.durable.Store(f.Written)
+		j.subs = append(j.subs, sub)
+	}
+	d.job = j
+	d.log.Info("copy batch", zap.Int("files", len(files)), zap.String("first", files[0].Src), zap.Int64("bytes", agg.Size-agg.Written))
+	go func() {
+		d.results <- result{job: j, batch: d.copyBatch(ctx, j)}
+	}()
+}
+
+// copyBatch runs in the worker goroutine: it copies the batch's files in
+// turn, until they are done, the context ends or SyncInterval has passed
+// (the rest waits for the next batch), then makes the completed ones
+// durable and records them in one update. It returns one result per file
+// it took up.
+func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
+	b := &flush.Batch{}
+	var out, done []result
+	start := time.Now()
+	interval := d.cfg.Flush.SyncInterval
+	if interval <= 0 {
+		interval = flush.DefaultSyncInterval
+	}
+	for i, sub := range j.subs {
+		if ctx.Err() != nil || i > 0 && time.Since(start) >= interval {
+			break
+		}
+		sub.started = time.Now()
+		r := result{job: sub}
+		before := sub.durable.Load()
+		sub.batch = b
+		r.res, r.warnings, r.err = d.copyFile(ctx, sub)
+		j.durable.Add(sub.durable.Load() - before)
+		if r.err == nil && r.res.Complete {
+			done = append(done, r)
+			continue
+		}
+		out = append(out, r)
+	}
+	// Durable first: each directory once; then one update records them all.
+	if err := b.Sync(); err != nil {
+		for i := range done {
+			done[i].res.Complete, done[i].err = false, fmt.Errorf("destination %s: %w", done[i].job.file.Dest, err)
+		}
+		return append(out, done...)
+	}
+	if len(done) == 0 {
+		return out
+	}
+	changed := make([]bool, len(done))
+	_, _, err := d.store.Update(func(t *hashfile.Tree) error {
+		for i := range done {
+			r := &done[i]
+			f := r.job.file
+			if !transfer.SetWrittenFrom(t, f, r.job.durable.Load(), f.Size) {
+				changed[i] = true
+				continue
+			}
+			transfer.SetCRC(t, f, r.res.CRC)
+			transfer.SetError(t, f.Src, "")
+			transfer.SetWarning(t, f.Src, r.warnings)
+		}
+		return nil
+	})
+	for i := range done {
+		r := &done[i]
+		switch {
+		case err != nil:
+			r.res.Complete, r.err = false, fmt.Errorf("recording WRITTEN %d: %w", r.job.file.Size, err)
+		case changed[i]:
+			r.res.Complete, r.err = false, errEntryChanged
+		default:
+			f := r.job.file
+			if prev := r.job.durable.Swap(f.Size); f.Size > prev {
+				d.copied.Add(f.Size - prev)
+				j.durable.Add(f.Size - prev)
+			}
+		}
+	}
+	return append(out, done...)
+}

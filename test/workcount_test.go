@@ -1,0 +1,51 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// TestTransferFileWorkPerFile flushes 1000 small files and counts the
+// daemon's locked updates of the transfer file: inotify reports the close
+// of every open for writing (IN_CLOSE_WRITE), and the daemon opens it for
+// writing for each update, while the test only reads it. Each update
+// reads, decodes, and may rewrite the whole file, whose size grows with
+// the number of entries; so for the cost of a file not to grow with the
+// entry count, the updates must be far fewer than the files: at most one
+// per 4 files here, where updating it for every file cost several per file. The bound counts
+// work, not time: a slow machine makes more batches (each at most
+// --sync-interval long), and the bound leaves room for that.
+func TestTransferFileWorkPerFile(t *testing.T) {
+	const files = 1000
+	n := newNode(t)
+	data := map[string][]byte{}
+	for i := range files {
+		p, b := n.checkpoint(fmt.Sprintf("rank%04d.ckpt", i), 1024)
+		data[p] = b
+	}
+	n.library(func(tr *hashfile.Tree) {
+		for p := range data {
+			transfer.AddFile(tr, p, n.dest(filepath.Base(p)), 1024)
+		}
+		transfer.SetCommand(tr, transfer.Run)
+	})
+	w := watchOpens(t, filepath.Dir(n.transfer))
+	d := n.start()
+	v := n.waitFor("DONE", settle*4, done)
+	checkFlushed(t, v, data)
+	updates := w.events(unix.IN_CLOSE_WRITE)[filepath.Base(n.transfer)]
+	t.Logf("%d files: %d locked updates of the transfer file", files, updates)
+	if updates > files/4 {
+		t.Errorf("%d locked updates of the transfer file for %d files: its cost per file grows with the entry count", updates, files)
+	}
+	if _, err := os.Stat(n.transfer); err != nil || !d.alive() {
+		t.Fatal("daemon died or the transfer file vanished")
+	}
+}
