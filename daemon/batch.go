@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -74,40 +75,64 @@ func (d *daemon) startBatch(files []transfer.File) {
 		j.subs = append(j.subs, sub)
 	}
 	d.job = j
-	d.log.Info("copy batch", zap.Int("files", len(files)), zap.String("first", files[0].Src), zap.Int64("bytes", agg.Size-agg.Written))
+	d.log.Debug("copy batch", zap.Int("files", len(files)), zap.String("first", files[0].Src), zap.Int64("bytes", agg.Size-agg.Written))
 	go func() {
 		d.results <- result{job: j, batch: d.copyBatch(ctx, j)}
 	}()
 }
 
-// copyBatch runs in the worker goroutine: it copies the batch's files in
-// turn, until they are done, the context ends or SyncInterval has passed
-// (the rest waits for the next batch), then makes the completed ones
-// durable and records them in one update. It returns one result per file
-// it took up.
+// copyBatch runs in the worker goroutine: its streams (Config.Streams,
+// each with its own Copier under the shared throttle) take the batch's
+// files in order until they are all taken, the context ends or
+// SyncInterval has passed (the rest waits for the next batch); then it
+// makes the completed ones durable and records them in one update. It
+// returns one result per file taken up.
 func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	b := &flush.Batch{}
-	var out, done []result
 	start := time.Now()
 	interval := d.cfg.Flush.SyncInterval
 	if interval <= 0 {
 		interval = flush.DefaultSyncInterval
 	}
-	for i, sub := range j.subs {
-		if ctx.Err() != nil || i > 0 && time.Since(start) >= interval {
-			break
+	results := make([]result, len(j.subs))
+	var mu sync.Mutex
+	next := 0
+	take := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		if next == len(j.subs) || ctx.Err() != nil || next > 0 && time.Since(start) >= interval {
+			return -1
 		}
-		sub.started = time.Now()
-		r := result{job: sub}
-		before := sub.durable.Load()
-		sub.batch = b
-		r.res, r.warnings, r.err = d.copyFile(ctx, sub)
-		j.durable.Add(sub.durable.Load() - before)
+		next++
+		return next - 1
+	}
+	var wg sync.WaitGroup
+	for _, c := range d.copiers[:min(len(d.copiers), len(j.subs))] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := take(); i >= 0; i = take() {
+				sub := j.subs[i]
+				sub.started, sub.batch, sub.copier = time.Now(), b, c
+				f := sub.file
+				d.log.Info("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
+					zap.Int64("size", f.Size), zap.Int64("from", f.Written))
+				r := result{job: sub}
+				before := sub.durable.Load()
+				r.res, r.warnings, r.err = d.copyFile(ctx, sub)
+				j.durable.Add(sub.durable.Load() - before)
+				results[i] = r
+			}
+		}()
+	}
+	wg.Wait()
+	var out, done []result
+	for _, r := range results[:next] {
 		if r.err == nil && r.res.Complete {
 			done = append(done, r)
-			continue
+		} else {
+			out = append(out, r)
 		}
-		out = append(out, r)
 	}
 	// Durable first: each directory once; then one update records them all.
 	if err := b.Sync(); err != nil {

@@ -67,6 +67,11 @@ type Config struct {
 
 	Flush  flush.Options
 	Verify Verify
+	// Streams is how many small files of a batch are copied at once
+	// (default DefaultStreams). They share the throttle, so BW and PERCENT
+	// hold for the daemon as a whole; overlapping their fsyncs is what
+	// pays on a journalling file system.
+	Streams int
 
 	// RetryMin and RetryMax bound the back-off between attempts on a file
 	// in error: it doubles from RetryMin up to RetryMax, and each wait is
@@ -124,7 +129,13 @@ type Status struct {
 	LockWaitSince  time.Time // since when the daemon waits for the transfer-file lock; zero if it does not
 }
 
+// DefaultStreams is Config.Streams when unset.
+const DefaultStreams = 4
+
 func (c *Config) setDefaults() {
+	if c.Streams <= 0 {
+		c.Streams = DefaultStreams
+	}
 	if c.Poll <= 0 {
 		c.Poll = time.Second
 	}

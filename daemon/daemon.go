@@ -34,6 +34,7 @@ type daemon struct {
 	store    *hashfile.Store
 	throttle *flush.Throttle
 	copier   *flush.Copier
+	copiers  []*flush.Copier // one per stream of a batch; copiers[0] is copier
 
 	ctx       context.Context // the run's: cancelled by a signal
 	state     transfer.State  // as recorded in the file
@@ -83,7 +84,8 @@ type job struct {
 	// subs, for a batch of small files, are the jobs of its files; file
 	// then sums their sizes and WRITTEN values, for progress reports.
 	subs  []*job
-	batch *flush.Batch // the batch a file's copy completes into, nil if none
+	batch  *flush.Batch  // the batch a file's copy completes into, nil if none
+	copier *flush.Copier // the copier of a batch's stream, nil for d.copier
 }
 
 type result struct {
@@ -154,6 +156,10 @@ func Run(ctx context.Context, cfg Config) error {
 		retries:  map[string]*retry{},
 		rand:     rand.Float64,
 		results:  make(chan result, 1),
+	}
+	d.copiers = []*flush.Copier{d.copier}
+	for len(d.copiers) < cfg.Streams {
+		d.copiers = append(d.copiers, flush.NewCopier(th, cfg.Flush))
 	}
 	if d.beat == nil {
 		d.beat = NewHeartbeat(0)
@@ -711,7 +717,11 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		}
 		return nil
 	}
-	res, err := d.copier.Copy(ctx, fj, commit)
+	c := d.copier
+	if j.copier != nil {
+		c = j.copier
+	}
+	res, err := c.Copy(ctx, fj, commit)
 	return res, v.warnings(), err
 }
 

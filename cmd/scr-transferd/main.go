@@ -138,6 +138,7 @@ func flags() (*options, *flag.FlagSet, error) {
 	fs.IntVar(&o.cfg.Flush.BufSize, "buf-size", bufSize, "bytes read and written at once (SCR_FILE_BUF_SIZE)")
 	fs.Int64Var(&o.cfg.Flush.SyncBytes, "sync-bytes", flush.DefaultSyncBytes, "fsync the destination and record WRITTEN after this many bytes")
 	fs.DurationVar(&o.cfg.Flush.SyncInterval, "sync-interval", flush.DefaultSyncInterval, "... or after this long, whichever comes first")
+	fs.IntVar(&o.cfg.Streams, "streams", daemon.DefaultStreams, "small files of a batch copied at once, sharing BW and PERCENT")
 	fs.BoolVar(&o.cfg.Flush.DropCache, "drop-cache", true, "drop copied pages from the page cache on both sides once durable")
 	fs.StringVar(&o.verify, "verify", "before", "checkpoint checks: off, before (identify and check the format before copying), after (re-read the durable copy and compare CRC32), both")
 	fs.DurationVar(&o.cfg.RetryMin, "retry-min", time.Second, "first back-off after a file fails; it doubles with each failure, and each wait is drawn at random between half and all of it")

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,7 @@ type config struct {
 
 	interferenceSize   int64 // bytes of the flush beside the triad
 	interferenceRounds int
+	entries []int
 }
 
 func run() error {
@@ -58,7 +60,8 @@ func run() error {
 	var isize string
 	flag.StringVar(&isize, "interference-size", "4GiB", "size of the flush beside the triad in the interference section")
 	flag.IntVar(&c.interferenceRounds, "interference-rounds", 5, "interleaved rounds of the interference section (the median is reported)")
-	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile (default all)")
+	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile,many (default all)")
+	entries := flag.String("entries", "1000,10000,100000", "entry counts of 1 KiB files for the many-files section")
 	flag.Parse()
 	n, err := parseSize(size)
 	if err != nil {
@@ -67,6 +70,13 @@ func run() error {
 	c.size = n
 	if c.interferenceSize, err = parseSize(isize); err != nil {
 		return fmt.Errorf("-interference-size: %w", err)
+	}
+	for _, e := range strings.Split(*entries, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(e))
+		if err != nil || k <= 0 {
+			return fmt.Errorf("-entries: %q is not a count", e)
+		}
+		c.entries = append(c.entries, k)
 	}
 	work, err := os.MkdirTemp(c.dir, "scr-bench-")
 	if err != nil {
@@ -93,6 +103,7 @@ func run() error {
 		{"verify", b.verifyThroughput},
 		{"sparse", b.sparseFlush},
 		{"hashfile", b.hashfileBench},
+		{"many", b.manyFiles},
 	}
 	for _, s := range sections {
 		if c.only != "" && !slices.Contains(strings.Split(c.only, ","), s.name) {

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// manyFiles measures flushes of many files against `cp -r` of the same
+// directory followed by `sync` (the daemon's copies are durable when it
+// records them): files/s and MB/s for 2000 × 64 KiB and 200 × 4 MiB, and
+// for 1k, 10k and 100k entries of 1 KiB the time to DONE, the time of one
+// locked update of a transfer file that size, and the daemon's peak RSS.
+func (b *bench) manyFiles() error {
+	fmt.Printf("## Many files: scr-transferd (default settings) vs cp -r + sync (median of %d; sources in page cache)\n\n", b.c.runs)
+	fmt.Println("| files | cp -r + sync files/s | MB/s | scr-transferd files/s | MB/s | vs cp |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	for _, s := range []struct {
+		n    int
+		size int64
+	}{{2000, 64 << 10}, {200, 4 << 20}} {
+		cp, daemon, err := b.manyRound(s.n, s.size, b.c.runs)
+		if err != nil {
+			return err
+		}
+		total := int64(s.n) * s.size
+		fmt.Printf("| %d × %s | %.0f | %.0f | %.0f | %.0f | %.2f× |\n", s.n, sizeText(s.size),
+			float64(s.n)/cp.Seconds(), mbps(total, cp), float64(s.n)/daemon.Seconds(), mbps(total, daemon), cp.Seconds()/daemon.Seconds())
+	}
+	fmt.Println()
+	fmt.Println("| entries of 1 KiB | transfer file | cp -r + sync | scr-transferd RUN to DONE | vs cp | one locked update | daemon peak RSS |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	for _, n := range b.c.entries {
+		runs := 1
+		if n <= 10000 {
+			runs = b.c.runs
+		}
+		cp, daemon, err := b.manyRound(n, 1<<10, runs)
+		if err != nil {
+			return err
+		}
+		hwm, err := b.peakRSS()
+		if err != nil {
+			return err
+		}
+		upd, size, err := b.updateCost()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("| %d | %.1f MB | %.2f s | %.2f s | %.2f× | %.1f ms | %.0f MB |\n", n, float64(size)/1e6,
+			cp.Seconds(), daemon.Seconds(), cp.Seconds()/daemon.Seconds(), ms(upd), float64(hwm)/1e6)
+	}
+	fmt.Println()
+	return nil
+}
+
+func sizeText(n int64) string {
+	if n >= 1<<20 {
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatInt(n>>10, 10) + " KiB"
+}
+
+// manyRound creates n files of size bytes and returns the median time of
+// cp -r + sync and of a fresh daemon's flush of them (RUN to DONE). The
+// daemon is left running, its transfer file listing the n files.
+func (b *bench) manyRound(n int, size int64, runs int) (cp, daemon time.Duration, err error) {
+	src := filepath.Join(b.cache, fmt.Sprintf("many-%d-%d", n, size))
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return 0, 0, err
+	}
+	defer os.RemoveAll(src)
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = filepath.Join(src, fmt.Sprintf("rank%06d.ckpt", i))
+		if err := makeFile(paths[i], size); err != nil {
+			return 0, 0, err
+		}
+	}
+	warmAll := func() error {
+		for _, p := range paths {
+			if err := warm(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var cps, ds []time.Duration
+	for r := range runs {
+		dst := filepath.Join(b.pfs, "cp-many")
+		if err := warmAll(); err != nil {
+			return 0, 0, err
+		}
+		t1, err := timeCmd("cp", "-r", src, dst)
+		if err != nil {
+			return 0, 0, err
+		}
+		t2, err := timeCmd("sync")
+		if err != nil {
+			return 0, 0, err
+		}
+		cps = append(cps, t1+t2)
+		if err := os.RemoveAll(dst); err != nil {
+			return 0, 0, err
+		}
+
+		if err := warmAll(); err != nil {
+			return 0, 0, err
+		}
+		dst = filepath.Join(b.pfs, fmt.Sprintf("daemon-many-%d", r))
+		if err := b.startDaemon(); err != nil {
+			return 0, 0, err
+		}
+		_, _, err = b.store.Update(func(t *hashfile.Tree) error {
+			for _, p := range paths {
+				transfer.AddFile(t, p, filepath.Join(dst, filepath.Base(p)), size)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		start := time.Now()
+		if _, _, err := b.store.Update(func(t *hashfile.Tree) error { transfer.SetCommand(t, transfer.Run); return nil }); err != nil {
+			return 0, 0, err
+		}
+		// Poll gently: every read takes the lock the daemon needs.
+		if err := b.waitForEvery(20*time.Millisecond, 2*time.Hour, func(v transfer.View) bool { return v.Done && !v.HasPending() }); err != nil {
+			return 0, 0, err
+		}
+		ds = append(ds, time.Since(start))
+		if r < runs-1 {
+			if err := os.RemoveAll(dst); err != nil {
+				return 0, 0, err
+			}
+		}
+	}
+	return median(cps), median(ds), nil
+}
+
+// waitForEvery is waitFor with a polling interval.
+func (b *bench) waitForEvery(every, timeout time.Duration, cond func(transfer.View) bool) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if t, err := b.store.Read(); err == nil {
+			v := transfer.Read(t)
+			if cond(v) {
+				return nil
+			}
+		}
+		time.Sleep(every)
+	}
+	return errors.New("timed out waiting for the daemon")
+}
+
+// peakRSS returns the running daemon's peak resident set (VmHWM).
+func (b *bench) peakRSS() (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", b.daemon.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc/PID/status")
+}
+
+// updateCost stops the daemon and returns the median time of one locked
+// update that rewrites the transfer file it left (one WRITTEN changed, as
+// a commit does), and the file's size.
+func (b *bench) updateCost() (time.Duration, int64, error) {
+	b.stopDaemon()
+	var d []time.Duration
+	for i := range 5 {
+		start := time.Now()
+		_, _, err := b.store.Update(func(t *hashfile.Tree) error {
+			for _, f := range transfer.Read(t).Files {
+				transfer.SetWritten(t, f, int64(i%2))
+				break
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		d = append(d, time.Since(start))
+	}
+	fi, err := os.Stat(b.transfer)
+	if err != nil {
+		return 0, 0, err
+	}
+	return median(d), fi.Size(), nil
+}
