@@ -83,7 +83,7 @@ type job struct {
 	durable atomic.Int64 // written by the worker's commits
 	// subs, for a batch of small files, are the jobs of its files; file
 	// then sums their sizes and WRITTEN values, for progress reports.
-	subs  []*job
+	subs   []*job
 	batch  *flush.Batch  // the batch a file's copy completes into, nil if none
 	copier *flush.Copier // the copier of a batch's stream, nil for d.copier
 }
