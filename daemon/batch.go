@@ -23,12 +23,16 @@ import (
 const (
 	// maxBatchFiles bounds the files of one batch.
 	maxBatchFiles = 1024
+	// maxBatchable is the largest file a batch takes: where the fixed
+	// cost of a file (opens, fsyncs, the record) dominates its copy.
+	// Larger files are copied one at a time, their progress recorded as
+	// it becomes durable.
+	maxBatchable = 1 << 20
 )
 
-// batchable reports whether f may join a batch: a file small enough that
-// its copy makes no intermediate commit worth recording on its own.
+// batchable reports whether f may join a batch.
 func (d *daemon) batchable(f transfer.File) bool {
-	return f.Size < d.cfg.Flush.SyncBytes/4
+	return f.Size <= min(maxBatchable, d.cfg.Flush.SyncBytes/4)
 }
 
 // pickBatch returns the files to copy next, in the transfer file's order:
