@@ -46,7 +46,7 @@ type config struct {
 
 	interferenceSize   int64 // bytes of the flush beside the triad
 	interferenceRounds int
-	entries []int
+	entries            []int
 }
 
 func run() error {
