@@ -38,9 +38,13 @@ rootfs=$dir/rootfs
 if [ ! -x "$rootfs/lib/systemd/systemd" ] || [ ! -f "$rootfs/.complete" ]; then
   rm -rf "$rootfs"
   mkdir -p /var/cache/apt/archives
+  t0=$SECONDS
   ok=
   for attempt in 1 2; do
-    if debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus \
+    # systemd and D-Bus for the units and the user manager (logind);
+    # Slurm and munge for the systemd job script under a real slurmd.
+    if debootstrap --variant=minbase \
+         --include=systemd,systemd-sysv,dbus,libpam-systemd,slurm-wlm,munge \
          --cache-dir=/var/cache/apt/archives bookworm "$rootfs" "$mirror" \
          > "$dir/debootstrap.log" 2>&1; then
       ok=1
@@ -53,7 +57,9 @@ if [ ! -x "$rootfs/lib/systemd/systemd" ] || [ ! -f "$rootfs/.complete" ]; then
   [ -n "$ok" ] || exit 1
   echo scrfield > "$rootfs/etc/hostname"
   touch "$rootfs/.complete"
+  echo "nspawn-up.sh: debootstrap took $((SECONDS - t0)) s"
 fi
+t0=$SECONDS
 
 # Boot it. --console=passive: no getty on our terminal.
 setsid systemd-nspawn --quiet -D "$rootfs" --boot --machine=scrfield \
@@ -99,4 +105,4 @@ degraded)
   cat "$dir/console.log" >&2
   exit 1 ;;
 esac
-echo "nspawn-up.sh: container up ($state), PID 1 is $leader on the host (SCR_FIELD_NSPAWN=$dir)"
+echo "nspawn-up.sh: container up ($state) in $((SECONDS - t0)) s, PID 1 is $leader on the host (SCR_FIELD_NSPAWN=$dir)"

@@ -167,47 +167,50 @@ func (c *cluster) waitEnd(t *testing.T, id string) map[string]string {
 	}
 }
 
-// jobProc is a live process of a job.
+// jobProc is a live process.
 type jobProc struct {
 	pid  int
 	comm string
-	node string // SLURMD_NODENAME
+	node string // SLURMD_NODENAME of its environment
+	job  string // SLURM_JOB_ID of its environment
 	cmd  string
 }
 
-// jobProcs lists the live processes of job id: those whose environment
-// carries SLURM_JOB_ID=id, and the job's slurmstepd.
+// readProc reads the process of /proc/PID dir; false if it is gone.
+func readProc(dir string) (jobProc, bool) {
+	pid, err := strconv.Atoi(filepath.Base(dir))
+	if err != nil {
+		return jobProc{}, false
+	}
+	cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	if err != nil {
+		return jobProc{}, false
+	}
+	comm, _ := os.ReadFile(filepath.Join(dir, "comm"))
+	p := jobProc{
+		pid:  pid,
+		comm: strings.TrimSpace(string(comm)),
+		cmd:  strings.TrimSpace(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))),
+	}
+	environ, _ := os.ReadFile(filepath.Join(dir, "environ"))
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte("SLURM_JOB_ID=")); ok {
+			p.job = string(v)
+		} else if v, ok := bytes.CutPrefix(kv, []byte("SLURMD_NODENAME=")); ok {
+			p.node = string(v)
+		}
+	}
+	return p, true
+}
+
+// jobProcs lists the live processes of the host cluster's job id: those
+// of the host's PID namespace whose environment carries SLURM_JOB_ID=id,
+// and the job's slurmstepd.
 func jobProcs(id string) []jobProc {
-	entries, _ := os.ReadDir("/proc")
+	self, _ := os.Readlink("/proc/self/ns/pid")
 	var procs []jobProc
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		dir := filepath.Join("/proc", e.Name())
-		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
-		cmd := strings.TrimSpace(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
-		comm, _ := os.ReadFile(filepath.Join(dir, "comm"))
-		p := jobProc{pid: pid, comm: strings.TrimSpace(string(comm)), cmd: cmd}
-		if p.comm == "slurmstepd" && strings.HasPrefix(cmd, "slurmstepd: ["+id+".") {
-			procs = append(procs, p)
-			continue
-		}
-		environ, err := os.ReadFile(filepath.Join(dir, "environ"))
-		if err != nil {
-			continue
-		}
-		mine := false
-		for _, kv := range bytes.Split(environ, []byte{0}) {
-			switch {
-			case string(kv) == "SLURM_JOB_ID="+id:
-				mine = true
-			case bytes.HasPrefix(kv, []byte("SLURMD_NODENAME=")):
-				p.node = string(kv[len("SLURMD_NODENAME="):])
-			}
-		}
-		if mine {
+	for _, p := range procsIn(self) {
+		if p.job == id || p.comm == "slurmstepd" && strings.HasPrefix(p.cmd, "slurmstepd: ["+id+".") {
 			procs = append(procs, p)
 		}
 	}
@@ -329,6 +332,7 @@ func work(t *testing.T) (dir, pfs, out string) {
 // job completes 0:0 with exactly one daemon per node, every checkpoint
 // arrives byte for byte, and nothing of the job is left running.
 func TestSlurmFlushJob(t *testing.T) {
+	t.Parallel()
 	c := slurmCluster(t)
 	dir, pfs, out := work(t)
 	const ckpts = 3
@@ -361,6 +365,7 @@ func TestSlurmFlushJob(t *testing.T) {
 // handing over its checkpoints still gets them flushed, and the job
 // reports the application's exit status.
 func TestSlurmApplicationFails(t *testing.T) {
+	t.Parallel()
 	c := slurmCluster(t)
 	dir, pfs, out := work(t)
 	// 1 MiB/s: the flush is still running when the application exits.
@@ -386,6 +391,7 @@ func TestSlurmApplicationFails(t *testing.T) {
 // copy that equal the source, and a file recorded complete is the
 // source's bytes at its destination. Nothing of the job is left running.
 func TestSlurmCancelMidFlush(t *testing.T) {
+	t.Parallel()
 	c := slurmCluster(t)
 	dir, pfs, out := work(t)
 	// 4 files of 4 MiB per node at 512 KiB/s: about 30 s of copying.

@@ -88,15 +88,24 @@ func (c *container) install(t *testing.T, src, dst string, perm os.FileMode) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// A new file replaces a running binary without "text file busy".
-	tmp := p + ".new"
-	if err := os.WriteFile(tmp, b, perm); err != nil {
+	// A new file replaces a running binary without "text file busy", and
+	// concurrent installs of the same file do not meet halfway.
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(tmp, perm); err != nil {
-		t.Fatal(err)
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := os.Rename(tmp, p); err != nil {
+	if err == nil {
+		err = os.Chmod(f.Name(), perm)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
 		t.Fatal(err)
 	}
 }
@@ -121,6 +130,7 @@ func (c *container) journal(t *testing.T, unit string) string {
 }
 
 var (
+	installMu    sync.Mutex
 	plainBinOnce sync.Once
 	plainBinDir  string
 	plainBinErr  error
@@ -168,12 +178,22 @@ type unitJob struct {
 // --allow-dest=/p/lustre).
 func installUnits(t *testing.T, c *container) {
 	t.Helper()
+	installMu.Lock() // tests in parallel: one useradd
+	defer installMu.Unlock()
 	bin := plainBinaries(t)
 	c.install(t, filepath.Join(bin, "scr-transferd"), "/usr/local/bin/scr-transferd", 0o755)
 	c.install(t, filepath.Join(bin, "scr-ctl"), "/usr/local/bin/scr-ctl", 0o755)
 	c.install(t, "../../deploy/systemd/scr-transferd@.service", "/etc/systemd/system/scr-transferd@.service", 0o644)
 	c.install(t, "../../deploy/systemd/site.conf.example", "/etc/systemd/system/scr-transferd@.service.d/site.conf", 0o644)
 	c.install(t, "../../deploy/systemd/scr-transferd.env.example", "/etc/scr-transferd/scr-transferd.env", 0o644)
+	c.install(t, "../../deploy/systemd/scr-transferd.tmpfiles.example", "/etc/tmpfiles.d/scr-transferd.conf", 0o644)
+	c.sh(t, "systemd-tmpfiles", "--create", "/etc/tmpfiles.d/scr-transferd.conf")
+	// The caches are in /dev/shm: logind must not remove the user's files
+	// there when the user's last session (here: runuser's) ends.
+	if conf, err := os.ReadFile(c.path("/etc/systemd/logind.conf")); err != nil || !regexpLine(string(conf), "RemoveIPC=no") {
+		c.sh(t, "sed", "-i", "-e", "s/^#*RemoveIPC=.*/RemoveIPC=no/", "/etc/systemd/logind.conf")
+		c.sh(t, "systemctl", "restart", "systemd-logind")
+	}
 	c.sh(t, "sh", "-c", "id "+unitUser+" >/dev/null 2>&1 || useradd --create-home "+unitUser)
 	c.sh(t, "install", "-d", "-o", unitUser, "-g", unitUser, "-m", "0755", "/p/lustre/"+unitUser)
 	c.sh(t, "systemctl", "daemon-reload")
@@ -379,7 +399,7 @@ func (j *unitJob) stop() {
 // from WRITTEN, systemctl stop records STATE EXITING and leaves the cache
 // and transfer file in place, and a later start resumes from WRITTEN.
 func TestSystemdUnit(t *testing.T) {
-	t.Parallel() // mostly waits for the watchdog, beside the Slurm tests
+	t.Parallel()
 	c := nspawnContainer(t)
 	installUnits(t, c)
 	j := newUnitJob(t, c)
@@ -399,6 +419,17 @@ func TestSystemdUnit(t *testing.T) {
 		if !strings.Contains(cmdline, flag) {
 			t.Fatalf("the daemon runs without %s: %s", flag, cmdline)
 		}
+	}
+	// Metrics in node_exporter's textfile directory, made writable by the
+	// tmpfiles entry.
+	prom := "/var/lib/prometheus/node-exporter/" + strings.TrimSuffix(j.unit, ".service") + ".prom"
+	for deadline := time.Now().Add(unitTimeout); ; {
+		if _, err := os.Stat(c.path(prom)); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no metrics file after %v: %v", unitTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if u := strings.TrimSpace(c.sh(t, "stat", "-c", "%U", "/proc/"+pid)); u != unitUser {
 		t.Fatalf("the daemon runs as %q, want %s (site.conf)", u, unitUser)
@@ -504,6 +535,9 @@ func TestSystemdUnit(t *testing.T) {
 
 	j.stop()
 	j.stillThere("after the last stop")
+	if _, err := os.Stat(c.path(prom)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the metrics file %s outlives the daemon (%v)", prom, err)
+	}
 }
 
 // lastLines returns the last n lines of s.
