@@ -41,7 +41,7 @@ func TestPlainFiles(t *testing.T) {
 }
 
 func TestKindByContentNotName(t *testing.T) {
-	sionFile, _, _ := sionBase(binary.LittleEndian).encode()
+	sionFile, _, _ := encodeSION(sionBase(binary.LittleEndian))
 	dims, field := limeField(1)
 	tests := []struct {
 		name string
@@ -174,7 +174,7 @@ func TestCancelDuringHashing(t *testing.T) {
 func TestConcurrentInspect(t *testing.T) {
 	dims, field := limeField(8)
 	files := map[string][]byte{"a.lime": scidacSingle(dims, field, limeGlobal()), "b.fti": ftiRun(binary.BigEndian)[2]}
-	b, _, _ := sionBase(binary.BigEndian).encode()
+	b, _, _ := encodeSION(sionBase(binary.BigEndian))
 	files["c.sion"] = b
 	dir := writeFiles(t, t.TempDir(), files)
 	var wg sync.WaitGroup

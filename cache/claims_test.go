@@ -13,8 +13,8 @@ func TestNameClaims(t *testing.T) {
 	lime := scidacSingle(dims, field)
 	limeZeroed := append([]byte(nil), lime...)
 	copy(limeZeroed, []byte{0, 0, 0, 0, 0, 0, 0, 0}) // magic, version and flags
-	sion, _, _ := sionSpec{order: binary.LittleEndian, format: 5, fsblk: 4096, nfiles: 1,
-		tasks: []sionTask{{0, 3000, []int64{2500}}, {1, 5000, []int64{4096}}}}.encode()
+	sion, _, _ := encodeSION(sionSpec{Order: binary.LittleEndian, Format: 5, FSBlock: 4096, NFiles: 1,
+		Tasks: []sionTask{{Rank: 0, Chunk: 3000, Blocks: []int64{2500}}, {Rank: 1, Chunk: 5000, Blocks: []int64{4096}}}})
 	sionZeroed := append([]byte(nil), sion[:4096]...) // the header alone, magic and version zeroed
 	copy(sionZeroed, make([]byte, 20))
 	plain := pattern(10000, 7)

@@ -109,181 +109,28 @@ func wantCode(t testing.TB, rep *Report, err error, kind Kind, code string) *For
 	return fe
 }
 
-// mergeRanges sorts and merges ranges; the oracle the encoders use.
-func mergeRanges(in []Range) []Range {
-	in = slices.Clone(in)
-	slices.SortFunc(in, func(a, b Range) int { return int(a.Off - b.Off) })
-	var out []Range
-	for _, r := range in {
-		if r.Len == 0 {
-			continue
-		}
-		if n := len(out); n > 0 && r.Off <= out[n-1].End() {
-			out[n-1].Len = max(out[n-1].End(), r.End()) - out[n-1].Off
-			continue
-		}
-		out = append(out, r)
+// The SIONlib encoder is cachetest's, shared with scr-ctl demo's samples.
+type (
+	sionSpec   = cachetest.SIONSpec
+	sionTask   = cachetest.SIONTask
+	sionPlaced = cachetest.SIONPlaced
+)
+
+// encodeSION encodes sp with the ranges as this package's Ranges.
+func encodeSION(sp sionSpec) ([]byte, []Range, sionPlaced) {
+	b, rs, pl := sp.Encode()
+	return b, toRanges(rs), pl
+}
+
+func toRanges(in []cachetest.Range) []Range {
+	out := make([]Range, len(in))
+	for i, r := range in {
+		out[i] = Range{r.Off, r.Len}
 	}
 	return out
 }
 
-// ---- SIONlib ----
-
-// sionTask is one task of a generated container: its global rank, the chunk
-// size it requested and the bytes it wrote into each block.
-type sionTask struct {
-	rank   int64
-	chunk  int64
-	blocks []int64
-}
-
-// sionSpec describes one physical SIONlib file to generate.
-type sionSpec struct {
-	order      binary.ByteOrder
-	userBig    bool
-	format     int32
-	fsblk      int64
-	nfiles     int32
-	filenumber int32
-	tasks      []sionTask
-	mapping    [][2]int32 // file 0 of a set
-	serial     bool       // single file with a zero mapping_size
-	keyval     int64      // key-value mode in flag1; 0 writes 50 (none)
-	tail       []byte     // stale bytes after META2
-}
-
-// sionPlaced is where the encoder put things, for patching fields in tests.
-type sionPlaced struct {
-	headerEnd, start0, globalSkip, sov, meta2End int64
-	maxChunks                                    int
-}
-
-func (sp sionSpec) fieldOff(name string, i int) int64 {
-	n := int64(len(sp.tasks))
-	switch name {
-	case "globalrank":
-		return sionFixedHeader + 8*int64(i)
-	case "chunksize":
-		return sionFixedHeader + 8*n + 8*int64(i)
-	case "maxchunks":
-		return sionFixedHeader + 16*n
-	case "sov":
-		return sionFixedHeader + 16*n + 4
-	}
-	panic(name)
-}
-
-// encode writes the file the way SIONlib lays it out and returns it with
-// the ranges a sparse copy must cover. Every data byte is non-zero.
-func (sp sionSpec) encode() ([]byte, []Range, sionPlaced) {
-	o := sp.order
-	n := int64(len(sp.tasks))
-	var l sionPlaced
-	l.headerEnd = 1088 + 16*n
-	l.start0 = (l.headerEnd + sp.fsblk - 1) / sp.fsblk * sp.fsblk
-	caps := make([]int64, n)
-	stored := make([]int64, n)
-	for i, tk := range sp.tasks {
-		c := (tk.chunk + sp.fsblk - 1) / sp.fsblk * sp.fsblk
-		caps[i], stored[i] = c, c
-		if sp.format == 3 {
-			stored[i] = tk.chunk
-		}
-		l.globalSkip += c
-		l.maxChunks = max(l.maxChunks, len(tk.blocks), 1)
-	}
-	l.sov = l.start0 + int64(l.maxChunks)*l.globalSkip
-	l.meta2End = l.sov + 8*n*(1+int64(l.maxChunks))
-	end := l.meta2End
-	if len(sp.mapping) > 0 || sp.serial {
-		end += 4 + 8*int64(len(sp.mapping))
-	}
-	b := make([]byte, end, end+int64(len(sp.tail)))
-	copy(b, sionMagic)
-	switch {
-	case o == binary.BigEndian && sp.userBig:
-		copy(b[4:], []byte{1, 1, 1, 1})
-	case o == binary.BigEndian:
-		copy(b[4:], []byte{1, 0, 0, 1})
-	case sp.userBig:
-		copy(b[4:], []byte{0, 1, 1, 0})
-	}
-	o.PutUint32(b[8:], 1007)
-	o.PutUint32(b[12:], 6)
-	o.PutUint32(b[16:], uint32(sp.format))
-	o.PutUint32(b[20:], uint32(sp.fsblk))
-	o.PutUint32(b[24:], uint32(n))
-	o.PutUint32(b[28:], uint32(sp.nfiles))
-	o.PutUint32(b[32:], uint32(sp.filenumber))
-	kv := sp.keyval
-	if kv == 0 {
-		kv = 50
-	}
-	o.PutUint64(b[36:], uint64(kv)<<32)
-	copy(b[52:], "generated.sion")
-	for i, tk := range sp.tasks {
-		o.PutUint64(b[sp.fieldOff("globalrank", i):], uint64(tk.rank))
-		o.PutUint64(b[sp.fieldOff("chunksize", i):], uint64(stored[i]))
-	}
-	o.PutUint32(b[sp.fieldOff("maxchunks", 0):], uint32(l.maxChunks))
-	o.PutUint64(b[sp.fieldOff("sov", 0):], uint64(l.sov))
-
-	want := []Range{{0, l.headerEnd}, {l.sov, end - l.sov + int64(len(sp.tail))}}
-	pos := l.sov
-	put := func(v int64) { o.PutUint64(b[pos:], uint64(v)); pos += 8 }
-	for _, tk := range sp.tasks {
-		put(int64(max(len(tk.blocks), 1)))
-	}
-	for blk := 0; blk < l.maxChunks; blk++ {
-		start := l.start0 + int64(blk)*l.globalSkip
-		for i, tk := range sp.tasks {
-			used := int64(0)
-			if blk < len(tk.blocks) {
-				used = tk.blocks[blk]
-			}
-			put(used)
-			for j := int64(0); j < used; j++ {
-				b[start+j] = byte(1 + (31*tk.rank+7*int64(blk)+j)%251)
-			}
-			want = append(want, Range{start, used})
-			start += caps[i]
-		}
-	}
-	if len(sp.mapping) > 0 || sp.serial {
-		o.PutUint32(b[pos:], uint32(len(sp.mapping)))
-		pos += 4
-		for _, e := range sp.mapping {
-			o.PutUint32(b[pos:], uint32(e[0]))
-			o.PutUint32(b[pos+4:], uint32(e[1]))
-			pos += 8
-		}
-	}
-	return append(b, sp.tail...), mergeRanges(want), l
-}
-
-// sionMultiSpec returns a set of three physical files holding seven tasks
-// (2+2+3), with the mapping in file 0.
-func sionMultiSpec(o binary.ByteOrder) []sionSpec {
-	split := [][]sionTask{
-		{{0, 3000, []int64{2500}}, {1, 5000, []int64{4096, 4096, 100}}},
-		{{2, 100, []int64{100}}, {3, 4096, []int64{0}}},
-		{{4, 9000, []int64{9000, 1}}, {5, 1, []int64{1}}, {6, 0, []int64{0}}},
-	}
-	var mapping [][2]int32
-	for f, tasks := range split {
-		for l := range tasks {
-			mapping = append(mapping, [2]int32{int32(f), int32(l)})
-		}
-	}
-	specs := make([]sionSpec, len(split))
-	for f, tasks := range split {
-		specs[f] = sionSpec{order: o, format: 5, fsblk: 4096, nfiles: 3, filenumber: int32(f), tasks: tasks}
-		if f == 0 {
-			specs[f].mapping = mapping
-		}
-	}
-	return specs
-}
+func sionMultiSpec(o binary.ByteOrder) []sionSpec { return cachetest.SIONMultiSpec(o) }
 
 // ---- FTI-FF ----
 

@@ -86,12 +86,12 @@ func FuzzSION(f *testing.F) {
 	}
 	for _, o := range []binary.ByteOrder{binary.LittleEndian, binary.BigEndian} {
 		specs := sionMultiSpec(o)
-		specs[0].nfiles, specs[1].nfiles = 2, 2
-		specs[0].mapping = specs[0].mapping[:4]
-		a, _, _ := specs[0].encode()
-		b, _, _ := specs[1].encode()
+		specs[0].NFiles, specs[1].NFiles = 2, 2
+		specs[0].Mapping = specs[0].Mapping[:4]
+		a, _, _ := encodeSION(specs[0])
+		b, _, _ := encodeSION(specs[1])
 		f.Add(a, b)
-		single, _, _ := sionBase(o).encode()
+		single, _, _ := encodeSION(sionBase(o))
 		f.Add(single, []byte(nil))
 	}
 	f.Fuzz(func(t *testing.T, file0, file1 []byte) {

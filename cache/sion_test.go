@@ -13,29 +13,29 @@ import (
 // sionBase is a single-file container with several blocks, a partly filled
 // chunk, unused chunks and a task that wrote nothing.
 func sionBase(o binary.ByteOrder) sionSpec {
-	return sionSpec{order: o, format: 5, fsblk: 4096, nfiles: 1, tasks: []sionTask{
-		{0, 4096, []int64{4096, 4096, 10}},
-		{1, 6000, []int64{5000}},
-		{2, 100, []int64{0}},
-		{3, 8192, []int64{8000, 8192}},
+	return sionSpec{Order: o, Format: 5, FSBlock: 4096, NFiles: 1, Tasks: []sionTask{
+		{Rank: 0, Chunk: 4096, Blocks: []int64{4096, 4096, 10}},
+		{Rank: 1, Chunk: 6000, Blocks: []int64{5000}},
+		{Rank: 2, Chunk: 100, Blocks: []int64{0}},
+		{Rank: 3, Chunk: 8192, Blocks: []int64{8000, 8192}},
 	}}
 }
 
 func TestSIONGenerated(t *testing.T) {
 	le, be := binary.LittleEndian, binary.BigEndian
 	serial := sionBase(le)
-	serial.filenumber, serial.serial = 1, true
+	serial.FileNumber, serial.Serial = 1, true
 	v4 := sionBase(be)
-	v4.format = 4
+	v4.Format = 4
 	v3 := sionBase(le)
-	v3.format = 3
+	v3.Format = 3
 	userBig := sionBase(le)
-	userBig.userBig = true
+	userBig.UserBig = true
 	bigBlock := sionBase(be)
-	bigBlock.fsblk = 65536
-	oneTask := sionSpec{order: be, format: 5, fsblk: 512, nfiles: 1, tasks: []sionTask{{7, 0, nil}}}
+	bigBlock.FSBlock = 65536
+	oneTask := sionSpec{Order: be, Format: 5, FSBlock: 512, NFiles: 1, Tasks: []sionTask{{Rank: 7, Chunk: 0, Blocks: nil}}}
 	keyval := sionBase(le)
-	keyval.keyval = 51
+	keyval.KeyVal = 51
 	tests := []struct {
 		name   string
 		spec   sionSpec
@@ -53,7 +53,7 @@ func TestSIONGenerated(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			b, want, _ := tc.spec.encode()
+			b, want, _ := encodeSION(tc.spec)
 			rep, err := inspectBytes(t, "ckpt.dat", b)
 			wantValid(t, rep, err, SION)
 			if !slices.Equal(rep.Ranges, want) {
@@ -71,8 +71,8 @@ func TestSIONGenerated(t *testing.T) {
 
 func TestSIONStaleTail(t *testing.T) {
 	sp := sionBase(binary.LittleEndian)
-	sp.tail = []byte("left over from a larger file")
-	b, want, _ := sp.encode()
+	sp.Tail = []byte("left over from a larger file")
+	b, want, _ := encodeSION(sp)
 	rep, err := inspectBytes(t, "x", b)
 	wantValid(t, rep, err, SION)
 	if !slices.Equal(rep.Ranges, want) {
@@ -90,7 +90,7 @@ func TestSIONMultiFile(t *testing.T) {
 			files := map[string][]byte{}
 			wants := map[string][]Range{}
 			for k, sp := range specs {
-				b, want, _ := sp.encode()
+				b, want, _ := encodeSION(sp)
 				name := sionMemberName("set.sion", int64(k))
 				files[name], wants[name] = b, want
 			}
@@ -120,7 +120,7 @@ func sionSet(t *testing.T, edit func(files map[string][]byte)) string {
 	t.Helper()
 	files := map[string][]byte{}
 	for k, sp := range sionMultiSpec(binary.LittleEndian) {
-		b, _, _ := sp.encode()
+		b, _, _ := encodeSION(sp)
 		files[sionMemberName("set.sion", int64(k))] = b
 	}
 	edit(files)
@@ -130,8 +130,8 @@ func sionSet(t *testing.T, edit func(files map[string][]byte)) string {
 func TestSIONSetProblems(t *testing.T) {
 	specs := sionMultiSpec(binary.LittleEndian)
 	mapOff := func(g int) int64 {
-		_, _, l := specs[0].encode()
-		return l.meta2End + 4 + 8*int64(g)
+		_, _, l := encodeSION(specs[0])
+		return l.Meta2End + 4 + 8*int64(g)
 	}
 	tests := []struct {
 		name    string
@@ -162,13 +162,13 @@ func TestSIONSetProblems(t *testing.T) {
 		}, "set.sion", "E_BAD_MAPPING", ""},
 		{"mapping leaves a task of file 2 out", func(f map[string][]byte) {
 			sp := specs[2]
-			sp.tasks = append(slices.Clone(sp.tasks), sionTask{7, 10, []int64{10}})
-			f["set.sion.000002"], _, _ = sp.encode()
+			sp.Tasks = append(slices.Clone(sp.Tasks), sionTask{Rank: 7, Chunk: 10, Blocks: []int64{10}})
+			f["set.sion.000002"], _, _ = encodeSION(sp)
 		}, "set.sion.000002", "E_BAD_MAPPING", ""},
 		{"corrupt member", func(f map[string][]byte) {
 			b := f["set.sion.000002"]
-			_, _, l := specs[2].encode()
-			binary.LittleEndian.PutUint64(b[l.sov+8*3:], 1<<20) // task 0, block 0
+			_, _, l := encodeSION(specs[2])
+			binary.LittleEndian.PutUint64(b[l.SOV+8*3:], 1<<20) // task 0, block 0
 		}, "set.sion", "E_CHUNK_OVERFLOW", ""},
 	}
 	for _, tc := range tests {
@@ -190,15 +190,15 @@ func TestSIONSetProblems(t *testing.T) {
 
 func TestSIONCorrupt(t *testing.T) {
 	sp := sionBase(binary.LittleEndian)
-	base, _, l := sp.encode()
-	n := int64(len(sp.tasks))
+	base, _, l := encodeSION(sp)
+	n := int64(len(sp.Tasks))
 	put32 := func(off int64, v int32) func([]byte) []byte {
 		return func(b []byte) []byte { binary.LittleEndian.PutUint32(b[off:], uint32(v)); return b }
 	}
 	put64 := func(off, v int64) func([]byte) []byte {
 		return func(b []byte) []byte { binary.LittleEndian.PutUint64(b[off:], uint64(v)); return b }
 	}
-	blocksize := func(blk, task int64) int64 { return l.sov + 8*n + 8*(blk*n+task) }
+	blocksize := func(blk, task int64) int64 { return l.SOV + 8*n + 8*(blk*n+task) }
 	tests := []struct {
 		name  string
 		patch func([]byte) []byte
@@ -217,21 +217,21 @@ func TestSIONCorrupt(t *testing.T) {
 		{"nfiles 0", put32(28, 0), "E_BAD_NFILES"},
 		{"nfiles 2^31-1", put32(28, math.MaxInt32), "E_BAD_NFILES"},
 		{"filenumber 2 of 1", put32(32, 2), "E_BAD_FILENUMBER"},
-		{"negative chunk size", put64(sp.fieldOff("chunksize", 1), -4096), "E_BAD_CHUNKSIZE"},
+		{"negative chunk size", put64(sp.FieldOff("chunksize", 1), -4096), "E_BAD_CHUNKSIZE"},
 		{"chunk sizes overflow", func(b []byte) []byte {
-			put64(sp.fieldOff("chunksize", 1), math.MaxInt64)(b)
-			return put64(sp.fieldOff("chunksize", 2), math.MaxInt64)(b)
+			put64(sp.FieldOff("chunksize", 1), math.MaxInt64)(b)
+			return put64(sp.FieldOff("chunksize", 2), math.MaxInt64)(b)
 		}, "E_BAD_CHUNKSIZE"},
-		{"chunk size near 2^63", put64(sp.fieldOff("chunksize", 3), math.MaxInt64-16384), "E_META2_OFFSET_MISMATCH"},
-		{"maxchunks 0", put32(sp.fieldOff("maxchunks", 0), 0), "E_BAD_MAXCHUNKS"},
-		{"maxchunks 2^31-1", put32(sp.fieldOff("maxchunks", 0), math.MaxInt32), "E_META2_OUT_OF_BOUNDS"},
-		{"start_of_varheader 2^63-1", put64(sp.fieldOff("sov", 0), math.MaxInt64), "E_META2_OUT_OF_BOUNDS"},
-		{"start_of_varheader negative", put64(sp.fieldOff("sov", 0), -8), "E_META2_OUT_OF_BOUNDS"},
-		{"start_of_varheader off by 8", put64(sp.fieldOff("sov", 0), l.sov-8), "E_META2_OFFSET_MISMATCH"},
-		{"META2 cut off", func(b []byte) []byte { return b[:l.meta2End-1] }, "E_META2_OUT_OF_BOUNDS"},
-		{"blockcount above maxchunks", put64(l.sov+8, 4), "E_BAD_BLOCKCOUNT"},
-		{"blockcount 2^63-1", put64(l.sov+8, math.MaxInt64), "E_BAD_BLOCKCOUNT"},
-		{"no task uses maxchunks blocks", put64(l.sov, 2), "E_BAD_BLOCKCOUNT"},
+		{"chunk size near 2^63", put64(sp.FieldOff("chunksize", 3), math.MaxInt64-16384), "E_META2_OFFSET_MISMATCH"},
+		{"maxchunks 0", put32(sp.FieldOff("maxchunks", 0), 0), "E_BAD_MAXCHUNKS"},
+		{"maxchunks 2^31-1", put32(sp.FieldOff("maxchunks", 0), math.MaxInt32), "E_META2_OUT_OF_BOUNDS"},
+		{"start_of_varheader 2^63-1", put64(sp.FieldOff("sov", 0), math.MaxInt64), "E_META2_OUT_OF_BOUNDS"},
+		{"start_of_varheader negative", put64(sp.FieldOff("sov", 0), -8), "E_META2_OUT_OF_BOUNDS"},
+		{"start_of_varheader off by 8", put64(sp.FieldOff("sov", 0), l.SOV-8), "E_META2_OFFSET_MISMATCH"},
+		{"META2 cut off", func(b []byte) []byte { return b[:l.Meta2End-1] }, "E_META2_OUT_OF_BOUNDS"},
+		{"blockcount above maxchunks", put64(l.SOV+8, 4), "E_BAD_BLOCKCOUNT"},
+		{"blockcount 2^63-1", put64(l.SOV+8, math.MaxInt64), "E_BAD_BLOCKCOUNT"},
+		{"no task uses maxchunks blocks", put64(l.SOV, 2), "E_BAD_BLOCKCOUNT"},
 		{"data beyond blockcount", put64(blocksize(2, 1), 1), "E_BAD_BLOCKCOUNT"},
 		{"unused chunk stored as -1", put64(blocksize(1, 1), -1), "E_BAD_BLOCKCOUNT"},
 		{"bytes written exceed the chunk", put64(blocksize(0, 1), 8193), "E_CHUNK_OVERFLOW"},
@@ -252,17 +252,17 @@ func TestSIONCorrupt(t *testing.T) {
 
 func TestSIONMappingCorrupt(t *testing.T) {
 	specs := sionMultiSpec(binary.BigEndian)
-	base, _, l := specs[0].encode()
+	base, _, l := encodeSION(specs[0])
 	tests := []struct {
 		name  string
 		patch func([]byte) []byte
 	}{
-		{"no mapping", func(b []byte) []byte { return b[:l.meta2End] }},
-		{"mapping_size 2^31-1", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.meta2End:], math.MaxInt32); return b }},
-		{"mapping_size negative", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.meta2End:], 0xffffffff); return b }},
-		{"mapping_size below ntasks", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.meta2End:], 1); return b }},
-		{"file number out of range", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.meta2End+4+8*5:], 3); return b }},
-		{"rank of file 0 misplaced", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.meta2End+4+4:], 1); return b }},
+		{"no mapping", func(b []byte) []byte { return b[:l.Meta2End] }},
+		{"mapping_size 2^31-1", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.Meta2End:], math.MaxInt32); return b }},
+		{"mapping_size negative", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.Meta2End:], 0xffffffff); return b }},
+		{"mapping_size below ntasks", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.Meta2End:], 1); return b }},
+		{"file number out of range", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.Meta2End+4+8*5:], 3); return b }},
+		{"rank of file 0 misplaced", func(b []byte) []byte { binary.BigEndian.PutUint32(b[l.Meta2End+4+4:], 1); return b }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

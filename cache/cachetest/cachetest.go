@@ -1,11 +1,12 @@
 // Package cachetest writes checkpoint files byte for byte the way each
 // library lays them out: a SIONlib container whose chunks are partly filled
 // (the gaps left as holes), an FTI-FF checkpoint, a SciDAC (QIO) LIME file
-// with its checksums, and a plain file (Samples), and encodes LIME records
-// (LIMEEncode). scr-ctl demo flushes the samples; the tests of cache and
-// scr-ctl check and damage them and build their LIME and SciDAC files with
-// the same encoder, so that the samples a person sees and the files the
-// tests trust are the same.
+// with its checksums, and a plain file (Samples); and it encodes SIONlib
+// containers and sets (SIONSpec) and LIME records (LIMEEncode). scr-ctl
+// demo flushes the samples; the tests of cache and scr-ctl check and damage
+// them, and build their SIONlib, LIME and SciDAC files with the same
+// encoders, so that the samples a person sees and the files the tests trust
+// come from one place.
 //
 // The encoders here are written from the formats' specifications and the
 // libraries' sources, independently of package cache's decoders, so that a
@@ -20,7 +21,6 @@ import (
 	"hash/crc32"
 	"math/bits"
 	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -57,88 +57,30 @@ func Fill(n int, seed uint32) []byte {
 	return b
 }
 
-// sionTaskSpec is one task of the demo container: its chunk request and the
-// bytes it wrote into each of its chunks.
-type sionTaskSpec struct {
-	chunk  int64
-	blocks []int64
-}
-
 // WriteSION writes a single-file SIONlib container (file format 5,
 // little-endian, as the generic API writes it) of four tasks whose chunks
-// are only partly filled. Only META1, the written part of each chunk and
-// META2 are written; everything else is a hole.
+// are only partly filled, encoded by SIONSpec. Only META1, the written part
+// of each chunk and META2 are written; everything else is a hole.
 func WriteSION(path string) error {
-	const fsblk = 1 << 20
-	tasks := []sionTaskSpec{
-		{2 << 20, []int64{1536 << 10, 768 << 10}},
-		{2 << 20, []int64{2 << 20, 512 << 10}},
-		{1 << 20, []int64{300 << 10}},
-		{2 << 20, []int64{1 << 20, 2 << 20}},
-	}
-	o := binary.LittleEndian
-	n := int64(len(tasks))
-	headerEnd := 1088 + 16*n
-	roundup := func(x int64) int64 { return (x + fsblk - 1) / fsblk * fsblk }
-	start0 := roundup(headerEnd)
-	caps := make([]int64, n)
-	var globalSkip int64
-	maxChunks := 1
-	for i, t := range tasks {
-		caps[i] = roundup(t.chunk)
-		globalSkip += caps[i]
-		maxChunks = max(maxChunks, len(t.blocks))
-	}
-	m := int64(maxChunks)
-	sov := start0 + m*globalSkip
-
-	meta1 := make([]byte, headerEnd)
-	copy(meta1, "sion")
-	// Bytes 4..7: the endianness word, all zero for a little-endian writer.
-	o.PutUint32(meta1[8:], 1007)            // SIONlib 1.7
-	o.PutUint32(meta1[12:], 6)              // patch level
-	o.PutUint32(meta1[16:], 5)              // file format version
-	o.PutUint32(meta1[20:], fsblk)          // fsblksize
-	o.PutUint32(meta1[24:], uint32(n))      // tasks in this file
-	o.PutUint32(meta1[28:], 1)              // nfiles
-	o.PutUint32(meta1[32:], 0)              // filenumber
-	o.PutUint64(meta1[36:], uint64(50)<<32) // flag1: no key-value mode
-	copy(meta1[52:], filepath.Base(path))
-	for i := range tasks {
-		o.PutUint64(meta1[1076+8*i:], uint64(i))                  // global rank
-		o.PutUint64(meta1[1076+8*n+8*int64(i):], uint64(caps[i])) // chunk capacity
-	}
-	o.PutUint32(meta1[1076+16*n:], uint32(maxChunks))
-	o.PutUint64(meta1[1080+16*n:], uint64(sov))
-
-	meta2 := make([]byte, 8*n*(1+m))
-	for i, t := range tasks {
-		o.PutUint64(meta2[8*i:], uint64(len(t.blocks)))
-		for b, used := range t.blocks {
-			o.PutUint64(meta2[8*n+8*(int64(b)*n+int64(i)):], uint64(used))
-		}
-	}
-
+	sp := SIONSpec{Order: binary.LittleEndian, Format: 5, FSBlock: 1 << 20, NFiles: 1, Tasks: []SIONTask{
+		{Rank: 0, Chunk: 2 << 20, Blocks: []int64{1536 << 10, 768 << 10}},
+		{Rank: 1, Chunk: 2 << 20, Blocks: []int64{2 << 20, 512 << 10}},
+		{Rank: 2, Chunk: 1 << 20, Blocks: []int64{300 << 10}},
+		{Rank: 3, Chunk: 2 << 20, Blocks: []int64{1 << 20, 2 << 20}},
+	}}
+	b, ranges, _ := sp.Encode()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
-	write := func(b []byte, off int64) {
+	for _, r := range ranges {
 		if err == nil {
-			_, err = f.WriteAt(b, off)
+			_, err = f.WriteAt(b[r.Off:r.End()], r.Off)
 		}
 	}
-	write(meta1, 0)
-	for b := range maxChunks {
-		start := start0 + int64(b)*globalSkip
-		for i, t := range tasks {
-			if b < len(t.blocks) {
-				write(Fill(int(t.blocks[b]), uint32(100+10*i+b)), start)
-			}
-			start += caps[i]
-		}
+	if err == nil {
+		err = f.Truncate(int64(len(b)))
 	}
-	write(meta2, sov)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
