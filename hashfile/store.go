@@ -205,7 +205,13 @@ func (s *Store) waitSettled(ctx context.Context) error {
 			return nil // open reports it
 		}
 		if sig := sigOf(&st); sig != s.own && sig != s.foreign {
-			s.foreign, s.foreignAt = sig, time.Unix(st.Ctim.Unix())
+			// A change time ahead of this clock (a file server's clock
+			// running ahead) counts as now, so skew cannot stall access.
+			at := time.Unix(st.Ctim.Unix())
+			if now := time.Now(); at.After(now) {
+				at = now
+			}
+			s.foreign, s.foreignAt = sig, at
 		}
 		if s.foreignAt.IsZero() {
 			return nil
