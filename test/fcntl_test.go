@@ -176,12 +176,12 @@ func TestSCR12FcntlClient(t *testing.T) {
 		transfer.SetBW(tr, 200e3)
 		transfer.SetCommand(tr, transfer.Run)
 	})
-	d := n.start("--locking=fcntl", "--fcntl-settle=50ms", "--sync-interval=200ms")
+	d := n.start("--locking=fcntl", "--fcntl-settle=30ms", "--sync-interval=200ms")
 	n.waitFor("STATE recorded", settle, func(v transfer.View) bool { return v.State != "" })
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), scr12Env+"="+n.transfer, scr12CycleEnv+"="+strconv.Itoa(cycles),
-		scr12PauseEnv+"=150ms", scr12FilesEnv+"="+strings.Join(lines, "\n"))
+		scr12PauseEnv+"=100ms", scr12FilesEnv+"="+strings.Join(lines, "\n"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
