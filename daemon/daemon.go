@@ -454,7 +454,8 @@ func (d *daemon) logThrottle() {
 	}
 	d.log.Debug("throttle paused the copy", zap.Uint64("pauses", ts.Sleeps-d.throttled),
 		zap.Uint64("pauses_total", ts.Sleeps), zap.Duration("paused_total", ts.Slept),
-		zap.Float64("bw_limit", d.limits.bw), zap.Float64("percent_limit", d.limits.percent))
+		limitField("bw_limit", d.limits.bw, logging.Rate("bw_limit", d.limits.bw)),
+		limitField("percent_limit", d.limits.percent, zap.Float64("percent_limit", d.limits.percent)))
 	d.throttled = ts.Sleeps
 }
 
@@ -581,7 +582,7 @@ func (d *daemon) schedule(v transfer.View, want transfer.State) {
 			d.job.cancel()
 		} else if why := d.jobWanted(v, d.job); why != "" {
 			d.log.Warn("copy abandoned: "+why, zap.String("src", d.job.file.Src),
-				zap.Int64("daemon_written", d.job.durable.Load()))
+				logging.Bytes("daemon_written", d.job.durable.Load()))
 			d.job.cancel()
 		}
 		return
@@ -765,7 +766,7 @@ func (d *daemon) finish(r result) {
 		d.log.Info("copy stopped", zap.String("src", f.Src), logging.Bytes("written", r.job.durable.Load()))
 	case errors.Is(r.err, errEntryChanged):
 		d.log.Warn("copy abandoned: the library removed or changed the FILES entry (removed, re-added or WRITTEN reset); its values win",
-			zap.String("src", f.Src), zap.Int64("daemon_written", r.job.durable.Load()))
+			zap.String("src", f.Src), logging.Bytes("daemon_written", r.job.durable.Load()))
 	case errors.Is(r.err, flush.ErrSourceReplaced):
 		// Not an ERROR: the library may rewrite a source it asked to flush;
 		// the new version is copied from 0 after the shortest back-off.
