@@ -79,6 +79,7 @@ func (d *daemon) startBatch(files []transfer.File) {
 		j.subs = append(j.subs, sub)
 	}
 	d.job = j
+	d.beat.workerStart()
 	d.log.Debug("copy batch", zap.Int("files", len(files)), zap.String("first", files[0].Src), zap.Int64("bytes", agg.Size-agg.Written))
 	go func() {
 		d.results <- result{job: j, batch: d.copyBatch(ctx, j)}
@@ -149,7 +150,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		return out
 	}
 	changed := make([]bool, len(done))
-	_, _, err := d.store.Update(func(t *hashfile.Tree) error {
+	_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
 		for i := range done {
 			r := &done[i]
 			f := r.job.file
@@ -163,6 +164,12 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		}
 		return nil
 	})
+	if err == nil {
+		d.beat.workerBeat()
+		if wrote {
+			d.wroteOK.Store(true)
+		}
+	}
 	for i := range done {
 		r := &done[i]
 		switch {
