@@ -27,7 +27,7 @@ const (
 	// cost of a file (opens, fsyncs, the record) dominates its copy.
 	// Larger files are copied one at a time, their progress recorded as
 	// it becomes durable.
-	maxBatchable = 1 << 20
+	maxBatchable = 4 << 20
 )
 
 // batchable reports whether f may join a batch.

@@ -61,6 +61,19 @@ func (b *bench) manyFiles() error {
 	return nil
 }
 
+// pattern returns size bytes that differ from file to file.
+func pattern(i int, size int64) []byte {
+	b := make([]byte, size)
+	x := uint64(i)*0x9e3779b97f4a7c15 + 1
+	for k := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[k] = byte(x)
+	}
+	return b
+}
+
 func sizeText(n int64) string {
 	if n >= 1<<20 {
 		return strconv.FormatInt(n>>20, 10) + " MiB"
@@ -80,9 +93,12 @@ func (b *bench) manyRound(n int, size int64, runs int) (cp, daemon time.Duration
 	paths := make([]string, n)
 	for i := range paths {
 		paths[i] = filepath.Join(src, fmt.Sprintf("rank%06d.ckpt", i))
-		if err := makeFile(paths[i], size); err != nil {
+		if err := os.WriteFile(paths[i], pattern(i, size), 0o644); err != nil {
 			return 0, 0, err
 		}
+	}
+	if _, err := timeCmd("sync"); err != nil {
+		return 0, 0, err
 	}
 	warmAll := func() error {
 		for _, p := range paths {
