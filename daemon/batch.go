@@ -10,6 +10,7 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -121,7 +122,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 				sub.started, sub.batch, sub.copier = time.Now(), b, c
 				f := sub.file
 				d.log.Info("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
-					zap.Int64("size", f.Size), zap.Int64("from", f.Written))
+					logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
 				r := result{job: sub}
 				before := sub.durable.Load()
 				r.res, r.warnings, r.err = d.copyFile(ctx, sub)
