@@ -151,17 +151,24 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		return out
 	}
 	changed := make([]bool, len(done))
+	prevs := make([]int64, len(done))
+	stored := make([]bool, len(done)) // durable set to SIZE under the lock
 	_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
 		for i := range done {
 			r := &done[i]
 			f := r.job.file
-			if !transfer.SetWrittenFrom(t, f, r.job.durable.Load(), f.Size) {
+			prevs[i] = r.job.durable.Load()
+			if !transfer.SetWrittenFrom(t, f, prevs[i], f.Size) {
 				changed[i] = true
 				continue
 			}
 			transfer.SetCRC(t, f, r.res.CRC)
 			transfer.SetError(t, f.Src, "")
 			transfer.SetWarning(t, f.Src, r.warnings)
+			// Under the file's lock, as for a single file: the loop compares
+			// the entries with durable under the same lock.
+			r.job.durable.Store(f.Size)
+			stored[i] = true
 		}
 		return nil
 	})
@@ -174,15 +181,17 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	for i := range done {
 		r := &done[i]
 		switch {
-		case err != nil:
-			r.res.Complete, r.err = false, fmt.Errorf("recording WRITTEN %d: %w", r.job.file.Size, err)
 		case changed[i]:
 			r.res.Complete, r.err = false, errEntryChanged
+		case err != nil:
+			if stored[i] {
+				r.job.durable.Store(prevs[i])
+			}
+			r.res.Complete, r.err = false, fmt.Errorf("recording WRITTEN %d: %w", r.job.file.Size, err)
 		default:
-			f := r.job.file
-			if prev := r.job.durable.Swap(f.Size); f.Size > prev {
-				d.copied.Add(f.Size - prev)
-				j.durable.Add(f.Size - prev)
+			if f := r.job.file; f.Size > prevs[i] {
+				d.copied.Add(f.Size - prevs[i])
+				j.durable.Add(f.Size - prevs[i])
 			}
 		}
 	}

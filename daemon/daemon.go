@@ -325,6 +325,7 @@ func (d *daemon) sync(first bool) {
 	var v transfer.View
 	var want, next transfer.State
 	var done, staleExit bool
+	var unwanted string // why the copy under way must stop, "" if it need not
 	began := time.Now()
 	var locked time.Time
 	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
@@ -333,6 +334,11 @@ func (d *daemon) sync(first bool) {
 		if first && leftoverExit(v) {
 			t.Unset(transfer.KeyCommand)
 			v.Command, staleExit = "", true
+		}
+		if d.job != nil {
+			// Under the lock, where the worker records its commits: after
+			// it, a commit made since would look like the library's change.
+			unwanted = d.jobWanted(v, d.job)
 		}
 		want, done = transfer.Next(v, d.state, d.job != nil)
 		next = want
@@ -394,7 +400,7 @@ func (d *daemon) sync(first bool) {
 		d.sweepAtStart(v)
 	}
 	d.removeStale()
-	d.schedule(v, want)
+	d.schedule(v, want, unwanted)
 	d.report()
 }
 
@@ -575,12 +581,13 @@ func (d *daemon) confine(f transfer.File) error {
 }
 
 // schedule starts a copy when running and idle, and cancels the copy under
-// way when the state or its entry no longer calls for it.
-func (d *daemon) schedule(v transfer.View, want transfer.State) {
+// way when the state or its entry no longer calls for it (unwanted: why,
+// found under the transfer file's lock).
+func (d *daemon) schedule(v transfer.View, want transfer.State, unwanted string) {
 	if d.job != nil {
 		if want != transfer.Running {
 			d.job.cancel()
-		} else if why := d.jobWanted(v, d.job); why != "" {
+		} else if why := unwanted; why != "" {
 			d.log.Warn("copy abandoned: "+why, zap.String("src", d.job.file.Src),
 				logging.Bytes("daemon_written", d.job.durable.Load()))
 			d.job.cancel()
