@@ -205,8 +205,9 @@ func TestKilledMidFileResumes(t *testing.T) {
 		t.Fatalf("WRITTEN %d after the kill", f.Written)
 	}
 	n.library(func(t *hashfile.Tree) { transfer.SetBW(t, noLimit) })
-	d2 := n.start()
-	d2.waitLog(`"from": `+strconv.FormatInt(f.Written, 10), settle)
+	// JSON: the exact byte count (the console writes it in MiB).
+	d2 := n.start("--log-format=json")
+	d2.waitLog(`"from":`+strconv.FormatInt(f.Written, 10), settle)
 	n.waitFor("DONE after restart", settle, done)
 	sameFile(t, f.Dest, data)
 	if strings.Contains(d2.log.String(), "resume impossible") {

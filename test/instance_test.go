@@ -43,8 +43,9 @@ func TestSecondDaemonRefused(t *testing.T) {
 	f := n.view().Files[0]
 	durablePrefixOK(t, f, data)
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
-	third := n.start()
-	third.waitLog(`"from": `+strconv.FormatInt(f.Written, 10), settle)
+	// JSON: the exact byte count (the console writes it in MiB).
+	third := n.start("--log-format=json")
+	third.waitLog(`"from":`+strconv.FormatInt(f.Written, 10), settle)
 	v := n.waitFor("DONE after the restart", settle, done)
 	checkFlushed(t, v, map[string][]byte{src: data})
 }
