@@ -91,11 +91,19 @@ func TestPartialCopyLockedAgainstAnotherDaemon(t *testing.T) {
 	if e := v.Files[0].Error; !strings.Contains(e, "locked by another process") || !strings.Contains(e, dest) {
 		t.Errorf("ERROR %q should name the destination and the conflict", e)
 	}
+	// The second is stopped while the first finishes: retrying, it could
+	// otherwise start its own partial copy between the first's DONE and
+	// the check that the first left none.
+	other.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Stop) })
+	other.waitFor("the second daemon STOPPED", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
 	v = n.waitFor("the first daemon DONE", settle, done)
 	checkFlushed(t, v, map[string][]byte{src1: data1})
 	// Now the second may go on; it copies its own source over the first.
-	other.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
+	other.library(func(tr *hashfile.Tree) {
+		transfer.SetBW(tr, noLimit)
+		transfer.SetCommand(tr, transfer.Run)
+	})
 	v = other.waitFor("the second daemon DONE", settle, done)
 	checkFlushed(t, v, map[string][]byte{src2: data2})
 	if !first.alive() || !second.alive() {

@@ -325,7 +325,9 @@ func TestHostileGiantKeys(t *testing.T) {
 		t.Fatalf("a 1 MiB COMMAND changed something: STATE %s", v.State)
 	}
 	n.library(func(t *hashfile.Tree) { transfer.SetCommand(t, transfer.Run) })
-	v := n.waitFor("ERROR on both giant entries and the sound file flushed", settle, func(v transfer.View) bool {
+	// Every pass parses a 3 MiB transfer file: on a loaded machine under
+	// the race detector a pass takes seconds, hence the longer bound.
+	v := n.waitFor("ERROR on both giant entries and the sound file flushed", 4*settle, func(v transfer.View) bool {
 		ok, _ := file(v, okSrc)
 		a, _ := file(v, badSrc)
 		b, _ := file(v, destSrc)
