@@ -686,7 +686,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	// what this copy last recorded (or read at its start): if the library
 	// reset it or re-added the entry, its value wins and the copy stops.
 	commit := func(n int64, crc uint32) error {
-		ok := true
+		ok, stored := true, false
 		var prev int64
 		began := time.Now()
 		_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
@@ -702,11 +702,13 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 				// entry with durable under the same lock, never takes this
 				// commit for a change made by the library.
 				j.durable.Store(n)
+				stored = true
 			}
 			return nil
 		})
 		if err != nil {
-			if ok {
+			if stored {
+				// Not recorded after all (the image could not be written).
 				j.durable.Store(prev)
 			}
 			return fmt.Errorf("recording WRITTEN %d: %w", n, err)

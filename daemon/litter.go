@@ -46,12 +46,29 @@ func (d *daemon) noteStale(old, now transfer.View) {
 // pass, which comes once it has, removes it before any new copy starts.
 func (d *daemon) removeStale() {
 	for _, p := range slices.Sorted(maps.Keys(d.stale)) {
-		if d.job != nil && flush.TempPath(d.job.file.Dest) == p {
+		if d.writing(p) {
 			continue
 		}
 		delete(d.stale, p)
 		d.removePartial(p, "its FILES entry was removed or changed")
 	}
+}
+
+// writing tells whether the copy under way (or a file of its batch) writes
+// the partial copy p.
+func (d *daemon) writing(p string) bool {
+	if d.job == nil {
+		return false
+	}
+	if d.job.file.Dest != "" && flush.TempPath(d.job.file.Dest) == p {
+		return true
+	}
+	for _, sub := range d.job.subs {
+		if flush.TempPath(sub.file.Dest) == p {
+			return true
+		}
+	}
+	return false
 }
 
 // sweepAtStart removes the partial copies that no entry accounts for in
