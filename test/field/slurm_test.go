@@ -27,8 +27,8 @@ var slurmNodes = []string{"n1", "n2"}
 // Generous caps for a loaded 2-core machine; the tests wait for
 // conditions, never for a time.
 const (
-	jobTimeout   = 5 * time.Minute
-	lingerTimout = 90 * time.Second // Slurm's KillWait is 30 s
+	jobTimeout    = 5 * time.Minute
+	lingerTimeout = 90 * time.Second // Slurm's KillWait is 30 s
 )
 
 // cluster is the Slurm cluster slurm-up.sh started.
@@ -274,7 +274,7 @@ func (w *daemonWatch) oneEach(t *testing.T) {
 // nothingLeft waits (bounded) until no process of the job is left.
 func nothingLeft(t *testing.T, id string) {
 	t.Helper()
-	deadline := time.Now().Add(lingerTimout)
+	deadline := time.Now().Add(lingerTimeout)
 	for {
 		procs := jobProcs(id)
 		if len(procs) == 0 {
@@ -285,7 +285,7 @@ func nothingLeft(t *testing.T, id string) {
 			for _, p := range procs {
 				s = append(s, fmt.Sprintf("%d %s (node %s): %s", p.pid, p.comm, p.node, p.cmd))
 			}
-			t.Fatalf("job %s ended %v ago but left processes running:\n%s", id, lingerTimout, strings.Join(s, "\n"))
+			t.Fatalf("job %s ended %v ago but left processes running:\n%s", id, lingerTimeout, strings.Join(s, "\n"))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -236,7 +236,7 @@ func (j *containerJob) oneDaemon() {
 // process of the job is left in the container.
 func (j *containerJob) nothingLeft() {
 	j.t.Helper()
-	deadline := time.Now().Add(lingerTimout)
+	deadline := time.Now().Add(lingerTimeout)
 	for {
 		state, _ := j.userctl("show", "--property=ActiveState", "--value", j.unit)
 		var left []string
@@ -251,7 +251,7 @@ func (j *containerJob) nothingLeft() {
 			return
 		}
 		if time.Now().After(deadline) {
-			j.t.Fatalf("job %s ended %v ago; user unit %s is %q; processes left:\n%s", j.id, lingerTimout, j.unit, state, strings.Join(left, "\n"))
+			j.t.Fatalf("job %s ended %v ago; user unit %s is %q; processes left:\n%s", j.id, lingerTimeout, j.unit, state, strings.Join(left, "\n"))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
