@@ -327,6 +327,7 @@ func (d *daemon) sync(first bool) {
 	var done, staleExit bool
 	var unwanted string // why the copy under way must stop, "" if it need not
 	began := time.Now()
+	var flushBegan, flushEnded time.Time // the flush recorded as begun, ended
 	var locked time.Time
 	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
 		locked = time.Now()
@@ -351,6 +352,18 @@ func (d *daemon) sync(first bool) {
 		}
 		if done {
 			transfer.SetDone(t, true)
+		}
+		// The flush record (FLUSH) is written with the state it times.
+		flushBegan, flushEnded = time.Time{}, time.Time{}
+		if next == transfer.Running && d.flushStarted.IsZero() {
+			flushBegan = time.Now()
+			_, written := v.Totals()
+			transfer.BeginFlush(t, flushBegan, written)
+		}
+		if done {
+			flushEnded = time.Now()
+			_, written := v.Totals()
+			transfer.EndFlush(t, flushEnded, written)
 		}
 		d.recordProblems(t, v)
 		return nil
@@ -379,11 +392,11 @@ func (d *daemon) sync(first bool) {
 		d.log.Info("state", zap.String("from", string(d.state)), zap.String("to", string(next)),
 			zap.String("command", string(v.Command)))
 	}
-	if next == transfer.Running && d.flushStarted.IsZero() {
-		d.flushStarted, d.flushCopied = time.Now(), d.copied.Load()
+	if !flushBegan.IsZero() {
+		d.flushStarted, d.flushCopied = flushBegan, d.copied.Load()
 	}
 	if done {
-		d.flushComplete(v)
+		d.flushComplete(v, flushEnded)
 	} else if next != transfer.Running {
 		d.flushStarted = time.Time{} // STOP or EXIT: a later RUN starts the count again
 	}
@@ -416,14 +429,15 @@ func leftoverExit(v transfer.View) bool {
 	return v.Command == transfer.Exit && v.State == transfer.Exiting
 }
 
-// flushComplete logs the end of a flush (FLAG DONE) with its totals: the
-// files and bytes the transfer file lists, what this process copied since
-// the flush began, how long that took and the average rate.
-func (d *daemon) flushComplete(v transfer.View) {
+// flushComplete logs the end of a flush (FLAG DONE, recorded at ended)
+// with its totals: the files and bytes the transfer file lists, what this
+// process copied since the flush began, how long that took (as the FLUSH
+// record says) and the average rate.
+func (d *daemon) flushComplete(v transfer.View, ended time.Time) {
 	size, _ := v.Totals()
 	fields := []zap.Field{zap.Int("files", len(v.Files)), logging.Bytes("bytes", size)}
 	if !d.flushStarted.IsZero() {
-		elapsed := time.Since(d.flushStarted)
+		elapsed := ended.Sub(d.flushStarted)
 		copied := d.copied.Load() - d.flushCopied
 		fields = append(fields, logging.Bytes("copied", copied), zap.Duration("elapsed", elapsed),
 			logging.Rate("average_rate", float64(copied)/max(elapsed.Seconds(), 1e-9)))

@@ -82,7 +82,7 @@ func Render(r Report, o Layout) string {
 		add("  " + foldText(r.Files, hidden, o))
 	}
 	t := r.Totals
-	add(fmt.Sprintf("total: %d files, %d complete, %d in error%s", t.Files, t.Complete, t.InError, elapsedText(t)))
+	add(fmt.Sprintf("total: %d files, %d complete, %d in error%s", t.Files, t.Complete, t.InError, elapsedText(r)))
 	detail := rateText(t.Rate, t.ETA)
 	if r.Complete {
 		detail = "flush complete (FLAG DONE)"
@@ -110,13 +110,28 @@ func RenderMissing(path string, since time.Time, o Layout) string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// elapsedText is "; elapsed 1m05s, average 98.2 MiB/s" when a watch has
-// lasted long enough to say (both count from the watch's first reading).
-func elapsedText(t Totals) string {
+// elapsedText times the flush from the daemon's record: "; took 1m05s,
+// average 98.2 MiB/s" once FLAG DONE ended it, "; 1m05s so far, average
+// 98.2 MiB/s" while under way. Without a record, it is
+// "; elapsed 1m05s, average 98.2 MiB/s" when a watch has lasted long
+// enough to say (both count from the watch's first reading).
+func elapsedText(r Report) string {
+	seconds := func(s float64) string { return FormatDuration(time.Duration(s * float64(time.Second))) }
+	if f := r.Flush; f != nil {
+		s := "; " + seconds(f.Elapsed) + " so far"
+		if f.Ended != nil {
+			s = "; took " + seconds(f.Elapsed)
+		}
+		if f.Average != nil {
+			s += ", average " + units.IEC(*f.Average) + "/s"
+		}
+		return s
+	}
+	t := r.Totals
 	if t.Elapsed == nil || t.Average == nil {
 		return ""
 	}
-	return fmt.Sprintf("; elapsed %s, average %s/s", FormatDuration(time.Duration(*t.Elapsed*float64(time.Second))), units.IEC(*t.Average))
+	return fmt.Sprintf("; elapsed %s, average %s/s", seconds(*t.Elapsed), units.IEC(*t.Average))
 }
 
 // selectFiles picks the files to show: all of them when they fit (the

@@ -27,7 +27,21 @@ type Report struct {
 	Percent      float64   `json:"percent"`  // 0 = unlimited
 	Totals       Totals    `json:"totals"`
 	Files        []File    `json:"files"`
-	Problems     []string  `json:"problems,omitempty"` // malformed top-level values
+	// Flush times the flush from the daemon's record (FLUSH); null when
+	// the file holds none that describes the flush it asks for.
+	Flush    *Flush   `json:"flush"`
+	Problems []string `json:"problems,omitempty"` // malformed top-level values
+}
+
+// Flush is how long the flush has run and its average rate, from the
+// daemon's record in the transfer file (transfer.Flush): a single reading
+// tells them.
+type Flush struct {
+	Started time.Time  `json:"started"`
+	Ended   *time.Time `json:"ended"`           // when FLAG DONE was set; null while under way
+	Elapsed float64    `json:"elapsed_seconds"` // from started to ended, or to the reading
+	Written int64      `json:"written"`         // bytes of WRITTEN gained since started
+	Average *float64   `json:"average_rate"`    // written / elapsed; null when no time has passed
 }
 
 // Totals sums the sound files of a reading.
@@ -118,6 +132,16 @@ func Build(path string, at time.Time, t *hashfile.Tree, m *Meter) Report {
 			r.Totals.InError++
 		}
 		r.Files = append(r.Files, fs)
+	}
+	if p, ok := v.Progress(at); ok {
+		r.Flush = &Flush{Started: p.Started.UTC(), Elapsed: p.Elapsed.Seconds(), Written: p.Written}
+		if p.Ended {
+			end := p.Started.Add(p.Elapsed).UTC()
+			r.Flush.Ended = &end
+		}
+		if avg, ok := p.Average(); ok {
+			r.Flush.Average = &avg
+		}
 	}
 	r.Totals.Size, r.Totals.Written = v.Totals()
 	r.Totals.Pending = r.Totals.Size - r.Totals.Written

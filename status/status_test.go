@@ -62,6 +62,9 @@ func snapshotTree(written int64) *hashfile.Tree {
 	transfer.SetError(tr, "/dev/shm/scr.1001/dataset.1/rank_2.ckpt", "open /p/lustre/user1/sim/scr.dataset.1/rank_2.ckpt: permission denied")
 	add("/dev/shm/scr.1001/dataset.1/rank_3.ckpt", "/p/lustre/user1/sim/scr.dataset.1/rank_3.ckpt", 2048, 0)
 	tr.Set(transfer.KeyFiles).Set("/dev/shm/scr.1001/dataset.1/broken").SetValue(transfer.KeySize, "12x")
+	// The daemon began the flush 5 s before the first reading, rank_0
+	// already complete.
+	transfer.BeginFlush(tr, t0.Add(-5*time.Second), 9437184)
 	return tr
 }
 
@@ -168,6 +171,55 @@ func TestStatusFigures(t *testing.T) {
 	one := Build("/x", t0, snapshotTree(0), nil)
 	if one.Totals.Elapsed != nil || one.Totals.Average != nil || one.Totals.Rate != nil {
 		t.Errorf("a single reading has no rate, elapsed time or average: %+v", one.Totals)
+	}
+}
+
+// TestFlushTimed: a single reading shows how long the flush has run and
+// its average rate, from the daemon's record: so far while it runs, in
+// all once FLAG DONE ended it; none without a record.
+func TestFlushTimed(t *testing.T) {
+	tr := snapshotTree(40 << 20)
+	at := t0.Add(5 * time.Second)
+	r := Build("/x", at, tr, nil)
+	if r.Flush == nil || r.Flush.Elapsed != 10 || r.Flush.Written != 40<<20 || r.Flush.Average == nil ||
+		*r.Flush.Average != 4<<20 || r.Flush.Ended != nil {
+		t.Fatalf("running: %+v, want 10 s, 40 MiB, 4 MiB/s, not ended", r.Flush)
+	}
+	if out := Render(r, Layout{}); !strings.Contains(out, "total: 4 files, 1 complete, 2 in error; 10s so far, average 4.00 MiB/s\n") {
+		t.Errorf("running, text:\n%s", out)
+	}
+
+	// The daemon ends it 20 s after it began, every sound file complete.
+	for _, f := range transfer.Read(tr).Files {
+		if f.Problem == nil {
+			transfer.SetWritten(tr, f, f.Size)
+			transfer.SetError(tr, f.Src, "")
+			transfer.SetCRC(tr, f, 1)
+		}
+	}
+	transfer.SetDone(tr, true)
+	transfer.SetState(tr, transfer.Stopped)
+	transfer.EndFlush(tr, t0.Add(15*time.Second), 0)
+	r = Build("/x", t0.Add(time.Hour), tr, nil)
+	gained := float64(114821126 - 9437184)
+	if r.Flush == nil || r.Flush.Elapsed != 20 || r.Flush.Ended == nil || !r.Flush.Ended.Equal(t0.Add(15*time.Second)) ||
+		r.Flush.Average == nil || *r.Flush.Average != gained/20 {
+		t.Fatalf("ended: %+v, want 20 s ending at %v, %v B/s", r.Flush, t0.Add(15*time.Second), gained/20)
+	}
+	if out := Render(r, Layout{}); !strings.Contains(out, "; took 20s, average 5.03 MiB/s\n") {
+		t.Errorf("ended, text:\n%s", out)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"flush":{"started":"2026-03-01T11:59:55Z","ended":"2026-03-01T12:00:15Z","elapsed_seconds":20,"written":105383942,"average_rate":5269197.1}`; !strings.Contains(string(b), want) {
+		t.Errorf("JSON %s\nwant %s", b, want)
+	}
+
+	tr.Unset(transfer.KeyFlush)
+	if r := Build("/x", at, tr, nil); r.Flush != nil || strings.Contains(Render(r, Layout{}), "took") {
+		t.Errorf("no record, yet timed: %+v", r.Flush)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 )
 
 // Keys of the transfer file (SCR's scr_keys.h), plus this project's
-// extensions ERROR and CRC under each file.
+// extensions ERROR, CRC and WARNING under each file (and FLUSH, see
+// flushrecord.go).
 const (
 	KeyFiles       = "FILES"
 	KeyDestination = "DESTINATION"
@@ -87,6 +88,9 @@ type View struct {
 	BWBad      bool    // BW is malformed: keep the last good value
 	PercentBad bool    // PERCENT is malformed: keep the last good value
 	Files      []File  // in the file's order
+	// Flush is the daemon's record of the flush it runs or last ran
+	// (FLUSH, this project's extension); zero if none.
+	Flush Flush
 	// Problems lists malformed top-level values (a BW that is not a number,
 	// two COMMAND values); the entries they concern keep their zero value.
 	Problems []error
@@ -114,6 +118,7 @@ func Read(t *hashfile.Tree) View {
 	for src, e := range t.Get(KeyFiles).All() {
 		v.Files = append(v.Files, readFile(src, e))
 	}
+	v.Flush = readFlush(t, &v.Problems)
 	return v
 }
 

@@ -65,6 +65,7 @@ func TestControlDrivesTheDaemon(t *testing.T) {
 	r = ctl(t, "wait", tf, "--grace=1m", "--timeout", "60s") // flags after the file work too
 	wantCode(t, r, 0, "wait")
 	wantIn(t, r.stdout, "flush complete: 2 files, 3.50 MiB (3670016 bytes); waited ", "wait")
+	wantIn(t, r.stdout, "; the flush took ", "wait: the flush's time from its FLUSH record")
 	sameFile(t, src1, dst1)
 	sameFile(t, src2, dst2)
 

@@ -32,10 +32,14 @@ shows every file. --json always has every file.
 Rates are of WRITTEN, which counts the holes of a sparse file too. WRITTEN
 advances once per commit of the daemon (64 MiB or 2 s by default), so the
 rate is an exponentially weighted moving average over the commits (time
-constant 10 s, the same estimate as the daemon's metrics). Rates, times
-left, the elapsed time and the average rate since the watch began appear
-with --watch, which redraws the view in place on a terminal (on anything
-else it prints one view per reading) until interrupted. The transfer file
+constant 10 s, the same estimate as the daemon's metrics). Rates and
+times left appear with --watch, which redraws the view in place on a
+terminal (on anything else it prints one view per reading) until
+interrupted. How long the flush has run and its average rate ("took" once
+FLAG DONE ended it, "so far" while it runs) come from the record the
+daemon keeps in the transfer file (FLUSH), so one reading shows them;
+without a record (another daemon), --watch shows the elapsed time and
+average rate since the watch began. The transfer file
 may disappear and come back meanwhile (SCR removes it at every SCR_Init):
 --watch says so and goes on. --json prints one JSON object (schema 1, see
 the README); with --watch, one compact object per line per reading, and

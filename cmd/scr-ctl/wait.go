@@ -12,7 +12,9 @@ import (
 
 const helpWait = `
 Blocks until the flush is complete, and says so in one line: files,
-bytes, how long it waited and the average rate over that time. Complete
+bytes, how long it waited and the average rate over that time, and how
+long the flush took and its average rate (from the FLUSH record the
+daemon keeps in the transfer file). Complete
 means FLAG DONE is set and every file is complete, or no flush is asked for
 (no COMMAND RUN) and no file has bytes left (exit status 0).
 
@@ -126,7 +128,7 @@ func cmdWait(e *env, args []string) error {
 		return err
 	}
 	if !*quiet {
-		fmt.Fprintf(e.stdout, "%s: flush complete: %s\n", store.Path(), summaryText(first, final, e.now().Sub(start)))
+		fmt.Fprintf(e.stdout, "%s: flush complete: %s\n", store.Path(), summaryText(first, final, e.now().Sub(start), e.now()))
 	}
 	return nil
 }
@@ -202,22 +204,34 @@ func progressText(v transfer.View) string {
 
 // summaryText is wait's closing line: the flush's files and bytes, then
 // how long the wait took and the average rate of the bytes written
-// meanwhile.
-func summaryText(first, final transfer.View, elapsed time.Duration) string {
+// meanwhile, and, where the daemon recorded when the flush began (FLUSH),
+// how long the flush took and its average rate.
+func summaryText(first, final transfer.View, elapsed time.Duration, now time.Time) string {
 	size, written := final.Totals()
 	_, before := first.Totals()
 	s := fmt.Sprintf("%d files, %s (%d bytes)", len(final.Files), units.IEC(float64(size)), size)
 	copied := max(written-before, 0)
-	took := status.FormatDuration(elapsed)
-	if elapsed < 10*time.Second {
-		took = fmt.Sprintf("%.1fs", elapsed.Seconds())
-	}
-	s += "; waited " + took
+	s += "; waited " + shortDuration(elapsed)
 	if copied > 0 {
 		s += fmt.Sprintf(", %s written meanwhile", units.IEC(float64(copied)))
 	}
 	if secs := elapsed.Seconds(); secs > 0 && copied > 0 {
 		s += fmt.Sprintf(", %s/s on average", units.IEC(float64(copied)/secs))
 	}
+	if p, ok := final.Progress(now); ok {
+		s += "; the flush took " + shortDuration(p.Elapsed)
+		if avg, ok := p.Average(); ok {
+			s += fmt.Sprintf(", %s/s on average", units.IEC(avg))
+		}
+	}
 	return s
+}
+
+// shortDuration writes d to a tenth of a second below 10 s, as
+// status.FormatDuration does above.
+func shortDuration(d time.Duration) string {
+	if d < 10*time.Second {
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return status.FormatDuration(d)
 }
