@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 )
 
 // transferTree returns a transfer file with n FILES entries, shaped like the
-// SCR library's.
+// SCR library's once the daemon has recorded a CRC for each.
 func transferTree(n int) *Tree {
 	t := New()
 	t.SetFloat("BW", 52428800)
@@ -22,11 +23,12 @@ func transferTree(n int) *Tree {
 		f.SetValue("DESTINATION", fmt.Sprintf("/p/lscratchb/user1/simulation123/scr.dataset.1/rank_%d.ckpt", i))
 		f.SetUint("SIZE", uint64(1048576+i))
 		f.SetUint("WRITTEN", 0)
+		f.SetCRC("CRC", uint32(i)*0x9e3779b1)
 	}
 	return t
 }
 
-var benchSizes = []int{10, 1000, 10000}
+var benchSizes = []int{10, 1000, 10000, 100000}
 
 // BenchmarkLockedUpdate measures one daemon-style update of the transfer
 // file: lock, read, decode, raise one file's WRITTEN, encode, rewrite in
@@ -83,4 +85,29 @@ func BenchmarkEncode(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkDecodedSize reports what a decoded transfer file of 100k entries
+// keeps on the heap (HeapInuse after a collection, the image itself not
+// counted), per entry and in total, next to the image's own size.
+func BenchmarkDecodedSize(b *testing.B) {
+	const n = 100000
+	img := Encode(transferTree(n))
+	var before, after runtime.MemStats
+	var inuse uint64
+	for b.Loop() {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		t, err := Decode(img)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(t)
+		inuse = after.HeapInuse - before.HeapInuse
+	}
+	b.ReportMetric(float64(inuse)/n, "heapB/entry")
+	b.ReportMetric(float64(inuse)/1e6, "heapMB")
+	b.ReportMetric(float64(len(img))/n, "imageB/entry")
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
+	"strings"
 )
 
 // Format constants of kvtree hash files, version 1.
@@ -115,6 +117,7 @@ func (d *decoder) newTree() *Tree {
 		d.trees = make([]Tree, d.slab)
 	}
 	t := &d.trees[0]
+	t.placed = true
 	d.trees = d.trees[1:]
 	return t
 }
@@ -196,26 +199,42 @@ func Encode(t *Tree) []byte {
 
 // AppendEncode appends the image of t to b and returns the extended slice.
 func AppendEncode(b []byte, t *Tree) []byte {
+	b, _ = appendImage(b, t)
+	return b
+}
+
+// appendImage is AppendEncode, also reporting whether decoding the image
+// gives back t itself: false when a key holds a NUL byte (the image cuts it
+// there) or when a tree may be the child of two keys (SetTree was given a
+// tree already placed), since the decoded copies would then be separate.
+func appendImage(b []byte, t *Tree) ([]byte, bool) {
 	if t == nil {
 		t = New()
 	}
 	start := len(b)
 	size := EncodedSize(t)
+	b = slices.Grow(b, size)
 	b = binary.BigEndian.AppendUint32(b, Magic)
 	b = binary.BigEndian.AppendUint16(b, FileType)
 	b = binary.BigEndian.AppendUint16(b, Version)
 	b = binary.BigEndian.AppendUint64(b, uint64(size))
 	b = binary.BigEndian.AppendUint32(b, FlagCRC)
-	b = appendTree(b, t)
-	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:]))
+	b, exact := appendTree(b, t)
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:])), exact && !t.shared
 }
 
-func appendTree(b []byte, t *Tree) []byte {
+func appendTree(b []byte, t *Tree) ([]byte, bool) {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(t.entries)))
+	exact := true
 	for _, e := range t.entries {
+		if strings.IndexByte(e.key, 0) >= 0 || e.sub.shared {
+			exact = false
+		}
 		b = append(b, e.key...)
 		b = append(b, 0)
-		b = appendTree(b, e.sub)
+		var ok bool
+		b, ok = appendTree(b, e.sub)
+		exact = exact && ok
 	}
-	return b
+	return b, exact
 }

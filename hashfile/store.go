@@ -62,9 +62,18 @@ type Store struct {
 	path    string
 	locking Locking
 
-	sem       chan struct{} // one caller at a time; a channel so that waiting for it is cancellable
-	rbuf      []byte        // last file image read, reused (decoded trees do not alias it)
-	wbuf      []byte        // last image encoded, reused
+	sem chan struct{} // one caller at a time; a channel so that waiting for it is cancellable
+
+	// The image this Store last read or wrote, valid while haveImg, and,
+	// when tree is not nil, the tree it decodes to: UpdateContext reuses
+	// it when the file still holds exactly img. spare is a second buffer
+	// for reading and encoding, swapped with img instead of copied.
+	// Decoded trees never alias either buffer.
+	img     []byte
+	haveImg bool
+	tree    *Tree
+	spare   []byte
+
 	guard     func(*unix.Stat_t) error
 	onWait    func(since time.Time)
 	settle    time.Duration
@@ -246,7 +255,8 @@ func (s *Store) remember(f *os.File) {
 }
 
 // Read returns the file's tree, read under a shared lock. A missing file is
-// an error wrapping fs.ErrNotExist; an empty file is an empty tree.
+// an error wrapping fs.ErrNotExist; an empty file is an empty tree. The tree
+// is the caller's to modify.
 func (s *Store) Read() (*Tree, error) { return s.ReadContext(context.Background()) }
 
 // ReadContext is Read, giving up when ctx is done.
@@ -266,16 +276,81 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
-	s.rbuf, err = readAll(f, s.rbuf)
+	s.spare, err = readAll(f, s.spare)
 	f.Close() // releases the lock before decoding
 	if err != nil {
+		s.forget()
 		return nil, fmt.Errorf("%s: read: %w", s.path, err)
 	}
-	t, err := Decode(s.rbuf)
+	if s.cached(s.spare) {
+		return s.tree.Clone(), nil
+	}
+	s.forget()
+	t, err := Decode(s.spare)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
+	s.keep(nil)
 	return t, nil
+}
+
+// cached reports whether img is the image the cached tree was decoded from.
+func (s *Store) cached(img []byte) bool {
+	return s.tree != nil && s.haveImg && bytes.Equal(img, s.img)
+}
+
+// forget drops the cached image and tree: the file may hold anything.
+func (s *Store) forget() {
+	s.haveImg, s.tree = false, nil
+}
+
+// keep makes spare, just read or written, the cached image, with t (nil
+// for none) the tree it decodes to; the old image's buffer becomes spare.
+func (s *Store) keep(t *Tree) {
+	s.img, s.spare = s.spare, s.img
+	s.haveImg, s.tree = true, t
+}
+
+// Unchanged reports whether the file holds exactly the image this Store
+// last read or wrote. It reads the file without taking the file lock, so a
+// write under way elsewhere may make it report false; it also reports false
+// when the Store holds no image (nothing read or written yet, or a failed
+// write), when the file is missing, and on any error. A process watching
+// the file for changes uses it to tell its own writes from others'.
+func (s *Store) Unchanged() bool {
+	s.sem <- struct{}{}
+	defer s.release()
+	if !s.haveImg {
+		return false
+	}
+	// Through the Store's own open and under its semaphore: closing any
+	// descriptor of the file drops this process's fcntl locks, so no
+	// update may be holding one now.
+	f, err := s.open(os.O_RDONLY)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return sameContent(f, s.img)
+}
+
+// sameContent reports whether r holds exactly want, reading it in chunks
+// so that no buffer of the file's size is needed.
+func sameContent(r io.Reader, want []byte) bool {
+	var buf [64 << 10]byte
+	for {
+		n, err := io.ReadFull(r, buf[:])
+		if n > len(want) || !bytes.Equal(buf[:n], want[:n]) {
+			return false
+		}
+		want = want[n:]
+		switch {
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+			return len(want) == 0
+		case err != nil:
+			return false
+		}
+	}
 }
 
 // Update applies fn to the file's tree under an exclusive lock and writes
@@ -284,6 +359,13 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 // or the file cannot be decoded, nothing is written. If fn leaves the image
 // unchanged, nothing is written either, so watchers see no spurious change.
 // Update returns the tree as it stands after the call and whether it wrote.
+//
+// The Store keeps the image it last read or wrote and the tree fn left:
+// when the file still holds exactly that image (every byte compared), the
+// next Update hands fn that tree instead of decoding the file again. So
+// neither the tree fn receives, nor any part of it, may be kept by fn, and
+// the tree Update returns may be read but not modified, and only until the
+// Store's next call.
 func (s *Store) Update(fn func(*Tree) error) (t *Tree, wrote bool, err error) {
 	return s.UpdateContext(context.Background(), fn)
 }
@@ -306,25 +388,42 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	if err := s.lock(ctx, f, true); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", s.path, err)
 	}
-	s.rbuf, err = readAll(f, s.rbuf)
+	s.spare, err = readAll(f, s.spare)
 	if err != nil {
+		s.forget()
 		return nil, false, fmt.Errorf("%s: read: %w", s.path, err)
 	}
-	t, err = Decode(s.rbuf)
-	if err != nil {
-		return nil, false, fmt.Errorf("%s: %w", s.path, err)
+	if s.cached(s.spare) {
+		t = s.tree
+	} else {
+		s.forget()
+		if t, err = Decode(s.spare); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", s.path, err)
+		}
+		s.keep(nil)
 	}
+	// From here spare is free: img holds the bytes just read. fn may
+	// change t, so the tree is cached again only once it matches the file.
+	s.tree = nil
 	if err := fn(t); err != nil {
 		return nil, false, err
 	}
-	s.wbuf = AppendEncode(s.wbuf[:0], t)
-	if bytes.Equal(s.wbuf, s.rbuf) {
+	var exact bool
+	s.spare, exact = appendImage(s.spare[:0], t)
+	keep := t
+	if !exact {
+		keep = nil // the image does not decode to this very tree
+	}
+	if bytes.Equal(s.spare, s.img) {
+		s.tree = keep
 		return t, false, nil
 	}
-	if err := rewrite(f, s.wbuf, len(s.rbuf), s.locking == Fcntl); err != nil {
+	if err := rewrite(f, s.spare, len(s.img), s.locking == Fcntl); err != nil {
+		s.forget()
 		return nil, false, &WriteError{Path: s.path, Err: err}
 	}
 	s.remember(f)
+	s.keep(keep)
 	return t, true, nil
 }
 

@@ -24,6 +24,10 @@ const indexThreshold = 16
 type Tree struct {
 	entries []entry
 	index   map[string]int
+	// placed is set once the tree is the child of a key; shared once it
+	// was given to SetTree while placed, when it may be the child of two
+	// keys at once (an image decodes to separate copies).
+	placed, shared bool
 }
 
 type entry struct {
@@ -116,7 +120,7 @@ func (t *Tree) Set(key string) *Tree {
 	if i := t.find(key); i >= 0 {
 		return t.entries[i].sub
 	}
-	sub := &Tree{}
+	sub := &Tree{placed: true}
 	t.insert(key, sub)
 	return sub
 }
@@ -126,6 +130,15 @@ func (t *Tree) SetTree(key string, sub *Tree) {
 	if sub == nil {
 		sub = &Tree{}
 	}
+	if sub.placed {
+		sub.shared = true
+	}
+	sub.placed = true
+	t.setTree(key, sub)
+}
+
+// setTree is SetTree for a sub known to be placed nowhere else.
+func (t *Tree) setTree(key string, sub *Tree) {
 	if i := t.find(key); i >= 0 {
 		t.entries[i].sub = sub
 		return
@@ -180,9 +193,9 @@ func (t *Tree) Value(key string) (string, bool) {
 // SetValue stores value under key, replacing whatever key held, in the way
 // KVTree's kvtree_util_set_* functions do.
 func (t *Tree) SetValue(key, value string) {
-	sub := &Tree{}
-	sub.insert(value, &Tree{})
-	t.SetTree(key, sub)
+	sub := &Tree{placed: true}
+	sub.insert(value, &Tree{placed: true})
+	t.setTree(key, sub)
 }
 
 // Uint returns the value under key parsed as an unsigned decimal byte count.
@@ -286,7 +299,9 @@ func (t *Tree) Clone() *Tree {
 	}
 	c.entries = make([]entry, len(t.entries))
 	for i, e := range t.entries {
-		c.entries[i] = entry{key: e.key, sub: e.sub.Clone()}
+		sub := e.sub.Clone()
+		sub.placed = true
+		c.entries[i] = entry{key: e.key, sub: sub}
 	}
 	c.reindex()
 	return c
