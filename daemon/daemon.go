@@ -72,6 +72,10 @@ type retry struct {
 	delay time.Duration // back-off ceiling, doubling with each failure
 	wait  time.Duration // the jittered wait drawn under it
 	at    time.Time
+	// failures counts the failed attempts; logged is the error last logged
+	// (folded as transfer.ErrorValue), see logFailure.
+	failures int
+	logged   string
 }
 
 // job is a copy under way in the worker goroutine.
@@ -766,6 +770,7 @@ func (d *daemon) finish(r result) {
 	}
 	switch {
 	case r.err == nil && r.res.Complete:
+		d.logRecovered(f, d.retries[f.Src])
 		delete(d.retries, f.Src)
 		if r.warnings != d.warned[f.Src] {
 			if r.warnings != "" {
@@ -806,8 +811,7 @@ func (d *daemon) finish(r result) {
 func (d *daemon) fail(f transfer.File, err error) {
 	r := d.backoff(f)
 	msg := err.Error()
-	d.log.Error("copy failed", zap.String("src", f.Src), zap.String("dest", f.Dest),
-		zap.Error(err), zap.Duration("retry_in", r.wait))
+	d.logFailure(f, err, r)
 	if _, _, uerr := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
 		transfer.SetError(t, f.Src, msg)
 		return nil

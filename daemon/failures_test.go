@@ -1,0 +1,149 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// TestFailureLoggedOncePerChange: a source that keeps failing the same way
+// is logged "copy failed" at error level once, its repeats at debug level;
+// a changed error is logged at error level again; the copy that finally
+// succeeds logs "recovered". The transfer file's ERROR follows the error.
+func TestFailureLoggedOncePerChange(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "cache", "late.ckpt")
+	dest := filepath.Join(dir, "pfs", "late.ckpt")
+	tf := filepath.Join(dir, "ctl", "transfer.scrinfo")
+	for _, d := range []string{filepath.Dir(src), filepath.Dir(tf)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := []byte(strings.Repeat("checkpoint ", 1000))
+	store := hashfile.NewStore(tf, hashfile.Flock)
+	if _, _, err := store.Update(func(tr *hashfile.Tree) error {
+		transfer.AddFile(tr, src, dest, int64(len(data)))
+		transfer.SetCommand(tr, transfer.Run)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.DebugLevel)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() {
+		ran <- Run(ctx, Config{TransferFile: tf, Locking: hashfile.Flock, RetryMin: 20 * time.Millisecond,
+			RetryMax: 40 * time.Millisecond, Verify: VerifyOff, Log: zap.New(core)})
+	}()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	failures := func() (errs, debugs []observer.LoggedEntry) {
+		for _, e := range logs.FilterMessage("copy failed").AllUntimed() {
+			if e.Level == zapcore.ErrorLevel {
+				errs = append(errs, e)
+			} else if e.Level == zapcore.DebugLevel {
+				debugs = append(debugs, e)
+			}
+		}
+		return errs, debugs
+	}
+	recorded := func() string {
+		tr, err := store.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range transfer.Read(tr).Files {
+			return f.Error
+		}
+		return ""
+	}
+	pollFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; log:\n%v", what, logs.AllUntimed())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// The source does not exist: the same error on every attempt.
+	pollFor("three failed attempts", func() bool { e, d := failures(); return len(e)+len(d) >= 3 })
+	errs, debugs := failures()
+	if len(errs) != 1 || len(debugs) < 2 {
+		t.Fatalf("%d error and %d debug lines after %d attempts; want the first at error level, the repeats at debug", len(errs), len(debugs), len(errs)+len(debugs))
+	}
+	first := errs[0].ContextMap()
+	if _, ok := first["retry_in"]; !ok || !strings.Contains(first["error"].(string), "no such file") {
+		t.Errorf("first failure logged with %v; want the error and retry_in", first)
+	}
+	for _, d := range debugs {
+		if d.ContextMap()["error"] != first["error"] {
+			t.Errorf("a debug repeat of another error: %v", d.ContextMap())
+		}
+	}
+	if got := recorded(); !strings.Contains(got, "no such file") {
+		t.Errorf("ERROR %q in the transfer file", got)
+	}
+
+	// The error changes: a symbolic link is never followed at a source.
+	target := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(target, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, src); err != nil {
+		t.Fatal(err)
+	}
+	pollFor("the changed error at error level", func() bool { e, _ := failures(); return len(e) >= 2 })
+	errs, _ = failures()
+	if len(errs) != 2 || errs[1].ContextMap()["error"] == first["error"] {
+		t.Fatalf("error lines after the change: %v", errs)
+	}
+	changed := errs[1].ContextMap()["error"].(string)
+	pollFor("the changed error in the transfer file", func() bool { return recorded() == transfer.ErrorValue(changed) })
+	before := len(logs.FilterMessage("copy failed").AllUntimed())
+	pollFor("a repeat of the changed error", func() bool { return len(logs.FilterMessage("copy failed").AllUntimed()) > before })
+	if errs, _ = failures(); len(errs) != 2 {
+		t.Fatalf("a repeat of the changed error logged at error level: %v", errs[2:])
+	}
+
+	// The source appears: flushed, "recovered" logged once.
+	if err := os.Remove(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(target, src); err != nil {
+		t.Fatal(err)
+	}
+	pollFor("the flush to complete", func() bool {
+		tr, err := store.Read()
+		return err == nil && transfer.Read(tr).Done
+	})
+	rec := logs.FilterMessage("recovered").AllUntimed()
+	if len(rec) != 1 || rec[0].Level != zapcore.InfoLevel || rec[0].ContextMap()["src"] != src ||
+		rec[0].ContextMap()["last_error"] != transfer.ErrorValue(changed) {
+		t.Fatalf("recovered lines: %v", rec)
+	}
+	if got, err := os.ReadFile(dest); err != nil || string(got) != string(data) {
+		t.Fatalf("destination: %v", err)
+	}
+	if got := recorded(); got != "" {
+		t.Errorf("ERROR %q left after the flush", got)
+	}
+}
