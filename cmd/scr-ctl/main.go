@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/scr-transferd/scr-transferd/internal/cliflag"
 	"github.com/scr-transferd/scr-transferd/internal/version"
 )
 
@@ -119,7 +120,7 @@ func runEnv(e *env, args []string) int {
 		hint := ""
 		if strings.HasPrefix(args[0], "-") {
 			hint = "; flags come after the command"
-		} else if near := closest(args[0], names); near != "" {
+		} else if near := cliflag.Nearest(args[0], names); near != "" {
 			hint = fmt.Sprintf("; did you mean %s?", near)
 		}
 		fmt.Fprintf(e.stderr, "scr-ctl: unknown command %q%s ('scr-ctl --help' lists the commands)\n", args[0], hint)
@@ -183,37 +184,23 @@ func hasFlags(fs *flag.FlagSet) bool {
 	return n > 0
 }
 
-// parseFlags parses args, allowing flags before, between and after the
-// positional arguments (everything after "--" is positional), and returns
-// the positional arguments. Flag errors become usage errors; --help prints
-// the usage to stdout and returns flag.ErrHelp.
+// parseFlags parses args with internal/cliflag, allowing flags before,
+// between and after the positional arguments (everything after "--" is
+// positional, and so is a negative number: set bw -5 then says what is
+// wrong with it), and returns the positional arguments. Flag errors become
+// usage errors worded by cliflag.Explain; --help prints the usage to stdout
+// and returns flag.ErrHelp.
 func parseFlags(e *env, fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		// A negative number is an argument (set bw -5), not a flag: the
-		// command then says what is wrong with it.
-		for len(args) > 0 && isNegativeNumber(args[0]) {
-			pos, args = append(pos, args[0]), args[1:]
-		}
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(e.stdout)
-				fs.Usage()
-				return nil, err
-			}
-			return nil, flagError(fs, err)
-		}
-		rest := fs.Args()
-		// fs.Parse stops at the first positional argument or after "--".
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+	pos, err := cliflag.Parser{Numbers: true}.Parse(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(e.stdout)
+		fs.Usage()
+		return nil, err
+	case err != nil:
+		return nil, usageError{cliflag.Explain(fs, err)}
 	}
+	return pos, nil
 }
 
 // wantArgs checks the number of positional arguments.
@@ -222,86 +209,4 @@ func wantArgs(pos []string, n int, what string) error {
 		return usageError{fmt.Sprintf("want %s, got %d argument(s)", what, len(pos))}
 	}
 	return nil
-}
-
-// isNegativeNumber reports whether s reads as a negative number, with or
-// without a unit ("-5", "-1.5M").
-func isNegativeNumber(s string) bool {
-	return len(s) > 1 && s[0] == '-' && (s[1] >= '0' && s[1] <= '9' || s[1] == '.')
-}
-
-// flagError rewrites the flag package's error for a person: an unknown
-// flag with the nearest known one, a missing or malformed value.
-func flagError(fs *flag.FlagSet, err error) error {
-	msg := err.Error()
-	var names []string
-	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	switch {
-	case strings.HasPrefix(msg, "flag provided but not defined: "):
-		name := strings.TrimLeft(strings.TrimPrefix(msg, "flag provided but not defined: "), "-")
-		if near := closest(name, names); near != "" {
-			return usageError{fmt.Sprintf("unknown flag --%s; did you mean --%s?", name, near)}
-		}
-		return usageError{fmt.Sprintf("unknown flag --%s", name)}
-	case strings.HasPrefix(msg, "flag needs an argument: "):
-		return usageError{fmt.Sprintf("--%s needs a value", strings.TrimLeft(strings.TrimPrefix(msg, "flag needs an argument: "), "-"))}
-	case strings.HasPrefix(msg, "invalid value ") || strings.HasPrefix(msg, "invalid boolean value "):
-		// invalid value "x" for flag -timeout: parse error
-		// invalid boolean value "x" for -quiet: parse error
-		sep := " for flag -"
-		if !strings.Contains(msg, sep) {
-			sep = " for -"
-		}
-		if i := strings.Index(msg, sep); i > 0 {
-			rest := msg[i+len(sep):]
-			name, why, _ := strings.Cut(rest, ": ")
-			val := strings.TrimPrefix(strings.TrimPrefix(msg[:i], "invalid boolean value "), "invalid value ")
-			if f := fs.Lookup(name); f != nil {
-				if _, ok := f.Value.(interface{ IsBoolFlag() bool }); ok {
-					why = "want true or false"
-				} else if _, err := time.ParseDuration(f.DefValue); err == nil {
-					why = "want a duration such as 500ms, 30s, 5m or 1h"
-				}
-			}
-			return usageError{fmt.Sprintf("--%s %s: %s", name, val, why)}
-		}
-	}
-	return usageError{msg}
-}
-
-// closest returns the name nearest to s (a prefix of it, or at most two
-// edits away), "" if none is near.
-func closest(s string, names []string) string {
-	best, bestD := "", 3
-	for _, n := range names {
-		d := editDistance(s, n)
-		if strings.HasPrefix(n, s) && len(s) >= 2 {
-			d = min(d, 1)
-		}
-		if d < bestD || d == bestD && n < best {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -70,7 +70,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, usageError{flagError(err)}
+		return nil, usageError{cliflag.Explain(fs, err)}
 	}
 	if o.version {
 		return o, nil
@@ -89,19 +89,6 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		return nil, usageError{fmt.Sprintf("--nice %d: want 0 to 19", o.nice)}
 	}
 	return o, nil
-}
-
-// flagError rewords the flag package's errors with the double dashes
-// the documentation uses ("flag provided but not defined: -x").
-func flagError(err error) string {
-	msg := err.Error()
-	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		return "unknown flag --" + name
-	}
-	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
-		return "flag --" + name + " needs a value"
-	}
-	return strings.Replace(msg, " for flag -", " for flag --", 1)
 }
 
 // usage is the text of --help.
