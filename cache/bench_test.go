@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/cache/cachetest"
 )
 
 // BenchmarkVerify measures verification throughput on a 128 MiB FTI-FF
@@ -27,8 +29,8 @@ func BenchmarkVerify(b *testing.B) {
 		dir = b.TempDir()
 	}
 	// FTI-FF: four variables of 32 MiB.
-	w := &ftiWriter{order: binary.LittleEndian}
-	fti := w.checkpoint(1, []ftiVar{{1, 32 << 20}, {2, 32 << 20}, {3, 32 << 20}, {4, 32 << 20}})
+	w := &cachetest.FTIWriter{Order: binary.LittleEndian}
+	fti := w.Checkpoint(1, []cachetest.FTIVar{{ID: 1, Size: 32 << 20}, {ID: 2, Size: 32 << 20}, {ID: 3, Size: 32 << 20}, {ID: 4, Size: 32 << 20}})
 	// SciDAC: an SU(3) single-precision gauge field, 288 bytes per site.
 	dims := []int{16, 16, 16, 96}
 	sites := volumeOf(dims)
@@ -84,8 +86,8 @@ func BenchmarkVerifyVsTools(b *testing.B) {
 		b.Skip("md5sum or cksum not found")
 	}
 	dir := b.TempDir()
-	w := &ftiWriter{order: binary.LittleEndian}
-	fti := w.checkpoint(1, []ftiVar{{1, 32 << 20}, {2, 32 << 20}, {3, 32 << 20}, {4, 32 << 20}})
+	w := &cachetest.FTIWriter{Order: binary.LittleEndian}
+	fti := w.Checkpoint(1, []cachetest.FTIVar{{ID: 1, Size: 32 << 20}, {ID: 2, Size: 32 << 20}, {ID: 3, Size: 32 << 20}, {ID: 4, Size: 32 << 20}})
 	dims := []int{16, 16, 16, 96}
 	sites := volumeOf(dims)
 	gauge := scidacField{typesize: 72, datacount: 4, kind: recordField, data: pattern(sites*288, 1), ranks: seqRanks(sites)}

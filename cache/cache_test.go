@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/cache/cachetest"
 )
 
 func TestPlainFiles(t *testing.T) {
@@ -136,13 +138,13 @@ func TestCancelDuringHashing(t *testing.T) {
 	// first data reads must stop the hashing at the next piece.
 	dims := []int{16, 16, 16, 8}
 	big := scidacField{typesize: 256, datacount: 1, kind: recordField, data: pattern(32768*256, 1), ranks: seqRanks(32768)}
-	w := &ftiWriter{order: binary.LittleEndian}
+	w := &cachetest.FTIWriter{Order: binary.LittleEndian}
 	for _, tc := range []struct {
 		name string
 		data []byte
 	}{
 		{"lime", scidacSingle(dims, big)},
-		{"fti-ff", w.checkpoint(1, []ftiVar{{1, 8 << 20}})},
+		{"fti-ff", w.Checkpoint(1, []cachetest.FTIVar{{ID: 1, Size: 8 << 20}})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A full run tells how many reads there are; the last eight or
@@ -272,8 +274,8 @@ func TestMappedStream(t *testing.T) {
 }
 
 func TestPaceIsCalledWhileHashing(t *testing.T) {
-	w := &ftiWriter{order: binary.LittleEndian}
-	fti := w.checkpoint(1, []ftiVar{{1, 3 << 20}, {2, 2 << 20}})
+	w := &cachetest.FTIWriter{Order: binary.LittleEndian}
+	fti := w.Checkpoint(1, []cachetest.FTIVar{{ID: 1, Size: 3 << 20}, {ID: 2, Size: 2 << 20}})
 	dims, field := limeField(1)
 	files := map[string][]byte{"Ckpt1-Rank0.fti": fti, "f.lime": scidacSingle(dims, field)}
 	dir := writeFiles(t, t.TempDir(), files)

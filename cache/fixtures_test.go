@@ -3,9 +3,7 @@ package cache
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -134,138 +132,24 @@ func sionMultiSpec(o binary.ByteOrder) []sionSpec { return cachetest.SIONMultiSp
 
 // ---- FTI-FF ----
 
-type ftiVar struct {
-	id   int32
-	size uint64
-}
-
-type ftiRec struct {
-	id, cid                      int32
-	has                          bool
-	dptr, chunk, container, fptr uint64
-	hash                         [16]byte
-}
-
-// ftiWriter replays how FTI 1.6 builds the chunk table over successive
-// checkpoints and writes each checkpoint file.
-type ftiWriter struct {
-	order  binary.ByteOrder
-	blocks [][]*ftiRec
-}
-
-// ftiData is the content of variable id at checkpoint ckpt: never zero.
-func ftiData(ckpt, id int32, size uint64) []byte {
-	b := make([]byte, size)
-	for i := range b {
-		b[i] = byte(1 + (uint64(ckpt)*131+uint64(id)*17+uint64(i)*7)%253)
-	}
-	return b
-}
-
-// checkpoint writes the file of checkpoint ckpt with the given variables.
-func (w *ftiWriter) checkpoint(ckpt int32, vars []ftiVar) []byte {
-	have := map[int32][2]uint64{} // id -> containers, total size
-	for _, blk := range w.blocks {
-		for _, r := range blk {
-			h := have[r.id]
-			have[r.id] = [2]uint64{h[0] + 1, h[1] + r.container}
-		}
-	}
-	var added []*ftiRec
-	for _, v := range vars {
-		h := have[v.id]
-		if v.size > h[1] || h[0] == 0 {
-			added = append(added, &ftiRec{id: v.id, cid: int32(h[0]), dptr: h[1], container: v.size - h[1]})
-		}
-	}
-	if len(added) > 0 {
-		w.blocks = append(w.blocks, added)
-	}
-	size := map[int32]uint64{}
-	for _, v := range vars {
-		size[v.id] = v.size
-	}
-	var data []byte
-	for _, blk := range w.blocks {
-		for _, r := range blk {
-			r.fptr = uint64(len(data))
-			content := make([]byte, r.container)
-			if s := size[r.id]; s > r.dptr {
-				r.chunk = min(r.container, s-r.dptr)
-				r.has = true
-				copy(content, ftiData(ckpt, r.id, s)[r.dptr:r.dptr+r.chunk])
-				r.hash = md5.Sum(content[:r.chunk])
-			} else {
-				r.chunk, r.has = 0, false // keeps its old hash
-			}
-			data = append(data, content...)
-		}
-	}
-	o := w.order
-	file := data
-	sums := md5.New()
-	for _, blk := range w.blocks {
-		h := make([]byte, 12)
-		o.PutUint32(h, uint32(len(blk)))
-		db := uint64(0)
-		for _, r := range blk {
-			db += r.container
-		}
-		o.PutUint64(h[4:], db)
-		file = append(file, h...)
-		for _, r := range blk {
-			rec := make([]byte, 58)
-			o.PutUint32(rec, uint32(r.id))
-			o.PutUint32(rec[4:], uint32(r.cid))
-			if r.has {
-				rec[8] = 1
-			}
-			o.PutUint64(rec[10:], r.dptr)
-			o.PutUint64(rec[18:], r.fptr)
-			o.PutUint64(rec[26:], r.chunk)
-			o.PutUint64(rec[34:], r.container)
-			copy(rec[42:], r.hash[:])
-			sums.Write(r.hash[:])
-			file = append(file, rec...)
-		}
-	}
-	m := ftiMeta{order: o, ckptID: ckpt, maxFs: -1, ptFs: -1, timestamp: 0x9e3779b9 * uint32(ckpt)}
-	copy(m.checksum[:], hex.EncodeToString(sums.Sum(nil)))
-	m.dataSize = int64(len(data))
-	m.ckptSize = int64(len(file)) + ftiMetaSize
-	m.fs = m.ckptSize
-	m.metaSize = m.ckptSize - m.dataSize
-	m.myHash = m.computeHash()
-	meta := make([]byte, ftiMetaSize)
-	copy(meta, m.checksum[:])
-	copy(meta[33:], m.myHash[:])
-	o.PutUint32(meta[49:], uint32(m.ckptID))
-	for i, v := range []int64{m.ckptSize, m.metaSize, m.dataSize, m.fs, m.maxFs, m.ptFs} {
-		o.PutUint64(meta[53+8*i:], uint64(v))
-	}
-	o.PutUint32(meta[101:], m.timestamp)
-	meta[105] = 0xa5 // the unhashed pad byte holds whatever was in memory
-	return append(file, meta...)
-}
-
 // ftiSteps is a run in which variables are added, grow and shrink.
-func ftiSteps() [][]ftiVar {
-	return [][]ftiVar{
-		{{1, 1000}, {2, 2000}},
-		{{1, 1000}, {2, 2000}, {3, 500}},
-		{{1, 1000}, {2, 6000}, {3, 700}},
-		{{1, 1000}, {2, 3000}, {3, 700}},
-		{{1, 1000}, {2, 1500}, {3, 100}},
-		{{1, 1200}, {2, 9000}, {3, 700}, {4, 64}},
+func ftiSteps() [][]cachetest.FTIVar {
+	return [][]cachetest.FTIVar{
+		{{ID: 1, Size: 1000}, {ID: 2, Size: 2000}},
+		{{ID: 1, Size: 1000}, {ID: 2, Size: 2000}, {ID: 3, Size: 500}},
+		{{ID: 1, Size: 1000}, {ID: 2, Size: 6000}, {ID: 3, Size: 700}},
+		{{ID: 1, Size: 1000}, {ID: 2, Size: 3000}, {ID: 3, Size: 700}},
+		{{ID: 1, Size: 1000}, {ID: 2, Size: 1500}, {ID: 3, Size: 100}},
+		{{ID: 1, Size: 1200}, {ID: 2, Size: 9000}, {ID: 3, Size: 700}, {ID: 4, Size: 64}},
 	}
 }
 
 // ftiRun returns the files of every step of ftiSteps.
 func ftiRun(o binary.ByteOrder) [][]byte {
-	w := &ftiWriter{order: o}
+	w := &cachetest.FTIWriter{Order: o}
 	var files [][]byte
 	for i, vars := range ftiSteps() {
-		files = append(files, w.checkpoint(int32(i+1), vars))
+		files = append(files, w.Checkpoint(int32(i+1), vars))
 	}
 	return files
 }

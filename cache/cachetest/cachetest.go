@@ -2,10 +2,11 @@
 // library lays them out: a SIONlib container whose chunks are partly filled
 // (the gaps left as holes), an FTI-FF checkpoint, a SciDAC (QIO) LIME file
 // with its checksums, and a plain file (Samples); and it encodes SIONlib
-// containers and sets (SIONSpec) and LIME records (LIMEEncode). scr-ctl
-// demo flushes the samples; the tests of cache and scr-ctl check and damage
-// them, and build their SIONlib, LIME and SciDAC files with the same
-// encoders, so that the samples a person sees and the files the tests trust
+// containers and sets (SIONSpec), FTI-FF checkpoints over successive
+// checkpoints (FTIWriter) and LIME records (LIMEEncode). scr-ctl demo
+// flushes the samples; the tests of cache and scr-ctl check and damage
+// them, and build their SIONlib, FTI-FF, LIME and SciDAC files with the
+// same encoders, so that the samples a person sees and the files the tests trust
 // come from one place.
 //
 // The encoders here are written from the formats' specifications and the
@@ -14,9 +15,7 @@
 package cachetest
 
 import (
-	"crypto/md5"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"hash/crc32"
 	"math/bits"
@@ -85,65 +84,6 @@ func WriteSION(path string) error {
 		err = cerr
 	}
 	return err
-}
-
-// WriteFTIFF writes an FTI-FF checkpoint as FTI 1.6 does for a first
-// checkpoint: the variables' data, then one block of chunk records with
-// their MD5s, then the 106-byte file meta with the file checksum and the
-// meta's own hash.
-func WriteFTIFF(path string) error {
-	o := binary.LittleEndian
-	sizes := []int{1 << 20, 640 << 10, 384 << 10}
-	var data, table []byte
-	fileSum := md5.New()
-	table = o.AppendUint32(table, uint32(len(sizes)))
-	var dbsize uint64
-	for _, s := range sizes {
-		dbsize += uint64(s)
-	}
-	table = o.AppendUint64(table, dbsize)
-	for i, s := range sizes {
-		v := Fill(s, uint32(200+i))
-		sum := md5.Sum(v)
-		fileSum.Write(sum[:])
-		rec := o.AppendUint32(nil, uint32(i+1))      // variable id
-		rec = o.AppendUint32(rec, 0)                 // container id
-		rec = append(rec, 1, 0)                      // hascontent, hasCkpt
-		rec = o.AppendUint64(rec, 0)                 // dptr
-		rec = o.AppendUint64(rec, uint64(len(data))) // fptr
-		rec = o.AppendUint64(rec, uint64(s))         // chunk size
-		rec = o.AppendUint64(rec, uint64(s))         // container size
-		rec = append(rec, sum[:]...)
-		table = append(table, rec...)
-		data = append(data, v...)
-	}
-	const metaSize = 106
-	var checksum [33]byte
-	copy(checksum[:], hex.EncodeToString(fileSum.Sum(nil)))
-	dataSize := int64(len(data))
-	ckptSize := dataSize + int64(len(table)) + metaSize
-	metaTotal := ckptSize - dataSize
-	const maxFs, ptFs = -1, -1
-	timestamp := uint32(0x5eed5eed)
-	h := md5.New()
-	h.Write(checksum[:])
-	h.Write(o.AppendUint32(nil, timestamp))
-	for _, v := range []int64{ckptSize, metaTotal, dataSize, ckptSize, ptFs, maxFs} {
-		h.Write(o.AppendUint64(nil, uint64(v)))
-	}
-	meta := append([]byte(nil), checksum[:]...)
-	meta = h.Sum(meta)
-	meta = o.AppendUint32(meta, 1) // checkpoint id
-	for _, v := range []int64{ckptSize, metaTotal, dataSize, ckptSize, maxFs, ptFs} {
-		meta = o.AppendUint64(meta, uint64(v))
-	}
-	meta = o.AppendUint32(meta, timestamp)
-	meta = append(meta, 0) // pad
-	if len(meta) != metaSize {
-		return fmt.Errorf("fti-ff meta of %d bytes, want %d", len(meta), metaSize)
-	}
-	out := append(append(data, table...), meta...)
-	return os.WriteFile(path, out, 0o644)
 }
 
 // LIME record header layout (big-endian): magic, version 1, the
