@@ -85,7 +85,20 @@ func TestFailureLoggedOncePerChange(t *testing.T) {
 	}
 
 	// The source does not exist: the same error on every attempt.
-	pollFor("three failed attempts", func() bool { e, d := failures(); return len(e)+len(d) >= 3 })
+	pollFor("the ERROR recorded", func() bool { return strings.Contains(recorded(), "no such file") })
+	mtime := func() time.Time {
+		fi, err := os.Stat(tf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.ModTime()
+	}
+	wrote := mtime()
+	seen := len(logs.FilterMessage("copy failed").AllUntimed())
+	pollFor("three failed attempts more", func() bool { e, d := failures(); return len(e)+len(d) >= seen+3 })
+	if m := mtime(); !m.Equal(wrote) {
+		t.Errorf("the transfer file was rewritten (modified %v, then %v) for a repeat of the same ERROR", wrote, m)
+	}
 	errs, debugs := failures()
 	if len(errs) != 1 || len(debugs) < 2 {
 		t.Fatalf("%d error and %d debug lines after %d attempts; want the first at error level, the repeats at debug", len(errs), len(debugs), len(errs)+len(debugs))
