@@ -12,9 +12,9 @@ import (
 
 const helpWait = `
 Blocks until the flush is complete, and says so in one line: files,
-bytes, how long it waited and the average rate over that time, and how
-long the flush took and its average rate (from the FLUSH record the
-daemon keeps in the transfer file). Complete
+bytes, how long it waited, and how long the flush took and its average
+rate (from the FLUSH record the daemon keeps in the transfer file; without
+one, the bytes written while it waited and their average rate). Complete
 means FLAG DONE is set and every file is complete, or no flush is asked for
 (no COMMAND RUN) and no file has bytes left (exit status 0).
 
@@ -202,27 +202,30 @@ func progressText(v transfer.View) string {
 	return s
 }
 
-// summaryText is wait's closing line: the flush's files and bytes, then
-// how long the wait took and the average rate of the bytes written
-// meanwhile, and, where the daemon recorded when the flush began (FLUSH),
-// how long the flush took and its average rate.
+// summaryText is wait's closing line: the flush's files and bytes, how
+// long the wait took, then how long the flush took and its average rate
+// where the daemon recorded when it began (FLUSH), or else the bytes
+// written while the wait lasted and their average rate.
 func summaryText(first, final transfer.View, elapsed time.Duration, now time.Time) string {
 	size, written := final.Totals()
 	_, before := first.Totals()
 	s := fmt.Sprintf("%d files, %s (%d bytes)", len(final.Files), units.IEC(float64(size)), size)
 	copied := max(written-before, 0)
 	s += "; waited " + shortDuration(elapsed)
+	if p, ok := final.Progress(now); ok {
+		// The flush's own figures: the bytes written while the wait lasted
+		// can be one commit of a copy that began long before it.
+		s += "; the flush took " + shortDuration(p.Elapsed)
+		if avg, ok := p.Average(); ok {
+			s += fmt.Sprintf(", %s/s on average", units.IEC(avg))
+		}
+		return s
+	}
 	if copied > 0 {
 		s += fmt.Sprintf(", %s written meanwhile", units.IEC(float64(copied)))
 	}
 	if secs := elapsed.Seconds(); secs > 0 && copied > 0 {
 		s += fmt.Sprintf(", %s/s on average", units.IEC(float64(copied)/secs))
-	}
-	if p, ok := final.Progress(now); ok {
-		s += "; the flush took " + shortDuration(p.Elapsed)
-		if avg, ok := p.Average(); ok {
-			s += fmt.Sprintf(", %s/s on average", units.IEC(avg))
-		}
 	}
 	return s
 }
