@@ -6,9 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io/fs"
-	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -163,17 +161,6 @@ func limeEncode(recs []limeRec) []byte  { return cachetest.LIMEEncode(recs) }
 func message(recs ...limeRec) []limeRec { return cachetest.LIMEMessage(recs...) }
 func xmlRec(typ, body string) limeRec   { return cachetest.XMLRecord(typ, body) }
 
-// scidacSums computes suma and sumb over datums with the given ranks.
-func scidacSums(data []byte, datum int, ranks []uint64) (uint32, uint32) {
-	var a, b uint32
-	for i, r := range ranks {
-		c := crc32.ChecksumIEEE(data[i*datum : (i+1)*datum])
-		a ^= bits.RotateLeft32(c, int(r%29))
-		b ^= bits.RotateLeft32(c, int(r%31))
-	}
-	return a, b
-}
-
 func seqRanks(n int) []uint64 {
 	r := make([]uint64, n)
 	for i := range r {
@@ -218,7 +205,7 @@ func (f scidacField) messages(binType string, withSums bool) []limeRec {
 		{Type: binType, Data: f.data},
 	}
 	if withSums {
-		a, b := scidacSums(f.data, f.typesize*f.datacount, f.ranks)
+		a, b := cachetest.SciDACChecksums(f.data, f.typesize*f.datacount, f.ranks)
 		recs = append(recs, xmlRec(typeChecksum, fmt.Sprintf("<scidacChecksum><version>1.0</version><suma>%x</suma><sumb>%x</sumb></scidacChecksum>", a, b)))
 	}
 	return message(recs...)

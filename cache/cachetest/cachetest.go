@@ -139,6 +139,19 @@ func XMLRecord(typ, body string) LIMERecord {
 	return LIMERecord{Type: typ, Data: append([]byte(`<?xml version="1.0" encoding="UTF-8"?>`+body), 0)}
 }
 
+// SciDACChecksums returns QIO's suma and sumb of data, datums of datum
+// bytes each, the i-th at site rank ranks[i]: the CRC32 of each datum,
+// rotated left by its rank modulo 29 (suma) and 31 (sumb), all XORed
+// together.
+func SciDACChecksums(data []byte, datum int, ranks []uint64) (suma, sumb uint32) {
+	for i, r := range ranks {
+		c := crc32.ChecksumIEEE(data[i*datum : (i+1)*datum])
+		suma ^= bits.RotateLeft32(c, int(r%29))
+		sumb ^= bits.RotateLeft32(c, int(r%31))
+	}
+	return suma, sumb
+}
+
 // WriteLIME writes a single SciDAC file (QIO's volfmt 0) holding one
 // lattice field of 3x3 complex single-precision matrices, four per site,
 // with its SciDAC checksums: the CRC32 of each site's datum, rotated by
@@ -154,12 +167,11 @@ func WriteLIME(path string) error {
 	}
 	datum := typesize * datacount
 	field := Fill(sites*datum, 300)
-	var suma, sumb uint32
-	for r := range sites {
-		c := crc32.ChecksumIEEE(field[r*datum : (r+1)*datum])
-		suma ^= bits.RotateLeft32(c, r%29)
-		sumb ^= bits.RotateLeft32(c, r%31)
+	ranks := make([]uint64, sites)
+	for r := range ranks {
+		ranks[r] = uint64(r)
 	}
+	suma, sumb := SciDACChecksums(field, datum, ranks)
 	recs := LIMEMessage(
 		XMLRecord("scidac-private-file-xml", fmt.Sprintf(
 			"<scidacFile><version>1.1</version><spacetime>%d</spacetime><dims>%s</dims><volfmt>0</volfmt></scidacFile>",
