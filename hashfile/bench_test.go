@@ -111,3 +111,22 @@ func BenchmarkDecodedSize(b *testing.B) {
 	b.ReportMetric(float64(inuse)/1e6, "heapMB")
 	b.ReportMetric(float64(len(img))/n, "imageB/entry")
 }
+
+// BenchmarkAppendEncode reports the encoding of a decoded transfer file
+// into a reused buffer, as an update through the Store's cache does.
+func BenchmarkAppendEncode(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run("files="+strconv.Itoa(n), func(b *testing.B) {
+			t, err := Decode(Encode(transferTree(n)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf := AppendEncode(nil, t)
+			b.SetBytes(int64(len(buf)))
+			b.ReportAllocs()
+			for b.Loop() {
+				buf = AppendEncode(buf[:0], t)
+			}
+		})
+	}
+}

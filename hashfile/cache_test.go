@@ -450,3 +450,58 @@ func TestUnchangedConcurrentWriter(t *testing.T) {
 		})
 	}
 }
+
+// TestRewriteWritesOnlyChanges: whatever the old and new images, the file
+// ends up holding exactly the new one, though only the bytes from the first
+// difference on are written.
+func TestRewriteWritesOnlyChanges(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	path := filepath.Join(t.TempDir(), "img")
+	for trial := range 300 {
+		old := make([]byte, r.IntN(3*diffChunk))
+		for i := range old {
+			old[i] = byte(r.UintN(4))
+		}
+		img := append([]byte(nil), old...)
+		switch trial % 4 {
+		case 0: // a few bytes changed
+			for range 1 + r.IntN(3) {
+				if len(img) > 0 {
+					img[r.IntN(len(img))] ^= 1 + byte(r.UintN(3))
+				}
+			}
+		case 1: // grown
+			img = append(img, make([]byte, 1+r.IntN(diffChunk))...)
+		case 2: // shrunk
+			img = img[:r.IntN(len(img)+1)]
+		case 3: // cut in the middle
+			if len(img) > 0 {
+				i := r.IntN(len(img))
+				img = append(img[:i:i], img[i+r.IntN(len(img)-i):]...)
+			}
+		}
+		if err := os.WriteFile(path, old, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = rewrite(f, img, old, false)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, img) {
+			t.Fatalf("trial %d: %d bytes over %d: the file holds %d bytes unlike the image", trial, len(img), len(old), len(got))
+		}
+		from := changed(img, old)
+		if from > min(len(img), len(old)) || (from < len(img) && from < len(old) && img[from] == old[from]) || !bytes.Equal(img[:from], old[:from]) {
+			t.Fatalf("trial %d: the first difference is not at %d", trial, from)
+		}
+	}
+}

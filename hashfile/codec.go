@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"slices"
 	"strings"
 )
 
@@ -212,14 +211,13 @@ func appendImage(b []byte, t *Tree) ([]byte, bool) {
 		t = New()
 	}
 	start := len(b)
-	size := EncodedSize(t)
-	b = slices.Grow(b, size)
 	b = binary.BigEndian.AppendUint32(b, Magic)
 	b = binary.BigEndian.AppendUint16(b, FileType)
 	b = binary.BigEndian.AppendUint16(b, Version)
-	b = binary.BigEndian.AppendUint64(b, uint64(size))
+	b = binary.BigEndian.AppendUint64(b, 0) // the size, known at the end
 	b = binary.BigEndian.AppendUint32(b, FlagCRC)
 	b, exact := appendTree(b, t)
+	binary.BigEndian.PutUint64(b[start+8:], uint64(len(b)-start+crcSize))
 	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:])), exact && !t.shared
 }
 

@@ -408,6 +408,9 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	if err := fn(t); err != nil {
 		return nil, false, err
 	}
+	if want := len(s.img) + len(s.img)/8; cap(s.spare) < want {
+		s.spare = make([]byte, 0, want) // room to grow without copies
+	}
 	var exact bool
 	s.spare, exact = appendImage(s.spare[:0], t)
 	keep := t
@@ -418,7 +421,7 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		s.tree = keep
 		return t, false, nil
 	}
-	if err := rewrite(f, s.spare, len(s.img), s.locking == Fcntl); err != nil {
+	if err := rewrite(f, s.spare, s.img, s.locking == Fcntl); err != nil {
 		s.forget()
 		return nil, false, &WriteError{Path: s.path, Err: err}
 	}
@@ -439,7 +442,10 @@ type WriteError struct {
 func (e *WriteError) Error() string { return e.Path + ": rewrite: " + e.Err.Error() }
 func (e *WriteError) Unwrap() error { return e.Err }
 
-// rewrite replaces the file's image of old bytes with img in place. KVTree
+// rewrite replaces the file's image old (read under the lock just taken)
+// with img in place, writing only from the first byte that differs on: a
+// commit that changes one WRITTEN of a large file does not write and sync
+// the part before it. KVTree
 // rewrites in place under its lock (the lock lives on the open file, so a
 // rename would break it), and an in-place rewrite that runs out of room
 // half-way leaves a torn file neither side can decode. So the room for a
@@ -453,14 +459,16 @@ func (e *WriteError) Unwrap() error { return e.Err }
 // With unlockFirst the file lock is released before the fsync: readers
 // see the whole new image either way, and the lock is held only while the
 // image changes.
-func rewrite(f *os.File, img []byte, old int, unlockFirst bool) error {
-	if len(img) > old {
-		if err := reserve(f, img, old); err != nil {
+func rewrite(f *os.File, img, old []byte, unlockFirst bool) error {
+	if len(img) > len(old) {
+		if err := reserve(f, img, len(old)); err != nil {
 			return err
 		}
 	}
-	if _, err := f.WriteAt(img, 0); err != nil {
-		return err
+	if from := changed(img, old); from < len(img) {
+		if _, err := f.WriteAt(img[from:], int64(from)); err != nil {
+			return err
+		}
 	}
 	if err := f.Truncate(int64(len(img))); err != nil {
 		return err
@@ -472,6 +480,25 @@ func rewrite(f *os.File, img []byte, old int, unlockFirst bool) error {
 	}
 	return f.Sync()
 }
+
+// changed returns the offset from which img differs from old: the bytes
+// before it need not be written. The rest is written in one call, so that
+// a process killed while writing a small image leaves either image whole.
+func changed(img, old []byte) int {
+	n := min(len(img), len(old))
+	i := 0
+	for i+diffChunk <= n && bytes.Equal(img[i:i+diffChunk], old[i:i+diffChunk]) {
+		i += diffChunk
+	}
+	for i < n && img[i] == old[i] {
+		i++
+	}
+	return i
+}
+
+// diffChunk is the stride in which changed compares before looking at
+// single bytes.
+const diffChunk = 4096
 
 // reserve secures the room for img beyond the old image's end.
 func reserve(f *os.File, img []byte, old int) error {
@@ -511,7 +538,7 @@ func readAll(f *os.File, buf []byte) ([]byte, error) {
 	}
 	b := buf[:0]
 	if need := int(fi.Size()) + 1; cap(b) < need {
-		b = make([]byte, 0, need)
+		b = make([]byte, 0, need+need/8) // room for the file to grow
 	}
 	for {
 		n, err := f.ReadAt(b[len(b):cap(b)], int64(len(b)))
