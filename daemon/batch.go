@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
@@ -22,8 +23,11 @@ import (
 // once per file, which is what made the cost of a file grow with the number
 // of entries. Nothing is recorded before it is durable.
 const (
-	// maxBatchFiles bounds the files of one batch.
-	maxBatchFiles = 1024
+	// maxBatchFiles bounds the files of one batch, further bounded by the
+	// descriptors the process may open (batchFiles): a held copy keeps
+	// its partial copy open, and perhaps a directory, until the batch is
+	// durable.
+	maxBatchFiles = 8192
 	// maxBatchable is the largest file a batch takes: where the fixed
 	// cost of a file (opens, fsyncs, the record) dominates its copy.
 	// Larger files are copied one at a time, their progress recorded as
@@ -57,11 +61,22 @@ func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
 		}
 		files = append(files, f)
 		bytes += f.Size
-		if len(files) == maxBatchFiles || bytes >= d.cfg.Flush.SyncBytes {
+		if len(files) == d.batchFiles || bytes >= d.cfg.Flush.SyncBytes {
 			break
 		}
 	}
 	return files
+}
+
+// batchFiles is the most files a batch takes, given the soft limit on open
+// descriptors: two per held copy at worst, with room left for the rest of
+// the daemon.
+func batchFiles() int {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
+		return maxBatchFiles
+	}
+	return int(min(maxBatchFiles, max(16, (int64(lim.Cur)-256)/2)))
 }
 
 // startBatch starts the worker on several small files.
@@ -94,7 +109,7 @@ func (d *daemon) startBatch(files []transfer.File) {
 // makes the completed ones durable and records them in one update. It
 // returns one result per file taken up.
 func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
-	b := &flush.Batch{}
+	b := flush.NewBatch(d.throttle, d.cfg.Flush.SyncEach)
 	start := time.Now()
 	interval := d.cfg.Flush.SyncInterval
 	if interval <= 0 {
@@ -132,20 +147,24 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		}()
 	}
 	wg.Wait()
+	// Durable and published first, all at once; then one update records
+	// them all.
+	_ = b.Sync(ctx)
 	var out, done []result
 	for _, r := range results[:next] {
+		if r.err == nil && r.res.Held {
+			r.res.Held = false
+			if err := b.Err(r.job.file.Dest); err != nil {
+				r.err = err
+			} else {
+				r.res.Complete, r.res.Written = true, r.job.file.Size
+			}
+		}
 		if r.err == nil && r.res.Complete {
 			done = append(done, r)
 		} else {
 			out = append(out, r)
 		}
-	}
-	// Durable first: each directory once; then one update records them all.
-	if err := b.Sync(); err != nil {
-		for i := range done {
-			done[i].res.Complete, done[i].err = false, fmt.Errorf("destination %s: %w", done[i].job.file.Dest, err)
-		}
-		return append(out, done...)
 	}
 	if len(done) == 0 {
 		return out

@@ -61,6 +61,7 @@ type daemon struct {
 	rand         func() float64 // uniform in [0, 1): the jitter of retries
 	limits       *limits        // BW and PERCENT last applied, nil before the first
 	throttled    uint64         // throttle pauses already logged
+	batchFiles   int            // the most files a batch takes (batchFiles)
 	flushStarted time.Time      // the flush under way began, zero when none
 	flushCopied  int64          // copied when it began
 }
@@ -161,6 +162,7 @@ func Run(ctx context.Context, cfg Config) error {
 		rand:     rand.Float64,
 		results:  make(chan result, 1),
 	}
+	d.batchFiles = batchFiles()
 	d.copiers = []*flush.Copier{d.copier}
 	for len(d.copiers) < cfg.Streams {
 		d.copiers = append(d.copiers, flush.NewCopier(th, cfg.Flush))
@@ -624,13 +626,25 @@ func (d *daemon) schedule(v transfer.View, want transfer.State, unwanted string)
 	}
 }
 
-// jobWanted is stillWanted for every file of the job.
+// jobWanted is stillWanted for every file of the job, each entry found
+// through one index of the view: a batch of a thousand files is checked in
+// one pass over the entries, not one per file.
 func (d *daemon) jobWanted(v transfer.View, j *job) string {
-	if j.subs == nil {
-		return d.stillWanted(v, j)
+	subs := j.subs
+	if subs == nil {
+		subs = []*job{j}
 	}
-	for _, sub := range j.subs {
-		if why := d.stillWanted(v, sub); why != "" {
+	entries := make(map[string]*transfer.File, len(subs))
+	for _, sub := range subs {
+		entries[sub.file.Src] = nil
+	}
+	for i := range v.Files {
+		if _, ok := entries[v.Files[i].Src]; ok {
+			entries[v.Files[i].Src] = &v.Files[i]
+		}
+	}
+	for _, sub := range subs {
+		if why := stillWanted(entries[sub.file.Src], sub); why != "" {
 			return why
 		}
 	}
@@ -638,27 +652,24 @@ func (d *daemon) jobWanted(v transfer.View, j *job) string {
 }
 
 // stillWanted returns why the copy under way must stop because of its
-// FILES entry, "" if it need not. The entry must still name the same
-// DESTINATION and SIZE, be acceptable, and hold the WRITTEN the copy last
-// recorded: a WRITTEN the library set (a reset, a re-added entry) wins over
-// the copy's progress, and the file is copied again from there.
-func (d *daemon) stillWanted(v transfer.View, j *job) string {
+// FILES entry g (nil: there is none), "" if it need not. The entry must
+// still name the same DESTINATION and SIZE, be acceptable, and hold the
+// WRITTEN the copy last recorded: a WRITTEN the library set (a reset, a
+// re-added entry) wins over the copy's progress, and the file is copied
+// again from there.
+func stillWanted(g *transfer.File, j *job) string {
 	f := j.file
-	for _, g := range v.Files {
-		if g.Src != f.Src {
-			continue
-		}
-		switch {
-		case g.Dest != f.Dest || g.Size != f.Size:
-			return "the library changed the FILES entry's DESTINATION or SIZE"
-		case g.Problem != nil:
-			return "the FILES entry is refused now"
-		case g.Written != j.durable.Load():
-			return fmt.Sprintf("the library set WRITTEN to %d (removed, re-added or reset the entry); its value wins", g.Written)
-		}
-		return ""
+	switch {
+	case g == nil:
+		return "the library removed the FILES entry"
+	case g.Dest != f.Dest || g.Size != f.Size:
+		return "the library changed the FILES entry's DESTINATION or SIZE"
+	case g.Problem != nil:
+		return "the FILES entry is refused now"
+	case g.Written != j.durable.Load():
+		return fmt.Sprintf("the library set WRITTEN to %d (removed, re-added or reset the entry); its value wins", g.Written)
 	}
-	return "the library removed the FILES entry"
+	return ""
 }
 
 func (d *daemon) start(f transfer.File) {

@@ -1,51 +1,104 @@
 package flush
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// Batch lets several copies share the last step of making them durable:
-// a copy whose Job names a Batch fsyncs its data, publishes it under its
-// final name and hands its directory to the Batch instead of fsyncing it
-// and calling commit; Sync then fsyncs each directory once, after which
-// every copy completed into the Batch is durable under its name and the
-// caller records them all in one update. A Batch may be shared by copies
-// running concurrently.
+// Batch lets several copies share the cost of making them durable. A copy
+// whose Job names a Batch copies and checks its data, then hands the open
+// partial copy to the Batch instead of fsyncing it, publishing it and
+// calling commit: its Result has Held set. Sync then makes the data of
+// every held copy durable at once, publishes each under its final name
+// (after the same checks a lone copy makes: the source unchanged, the
+// partial copy still ours and still where DESTINATION leads), makes the
+// renames durable, and reports each copy's outcome through Err. Only a copy
+// whose Err is nil after Sync is durable under its name; the caller then
+// records them all in one update of the transfer file.
+//
+// Durable at once: one syncfs(2) per file system where syncfs reports
+// write-back errors and is known to cover file data and metadata (Linux
+// 5.8 or later, on ext4, XFS, btrfs, F2FS and tmpfs), else an fsync of
+// each file. A copy of a 1 KiB file then costs no journal commit of its
+// own, which is what the per-file fsync of a lone copy costs; the bytes
+// are durable before they are published and published before they are
+// recorded, as for a lone copy. Options.SyncEach selects the per-file
+// fsync everywhere.
+//
+// A Batch may be shared by copies running concurrently; Sync is called
+// once, after they have all returned.
 type Batch struct {
-	mu   sync.Mutex
-	dirs []batchDir
+	t        *Throttle
+	syncEach bool
+
+	mu      sync.Mutex
+	dirs    []batchDir
+	parents []string // directories whose entries changed when dirs were created
+	held    []*run
+	errs    map[string]error // outcome of each held copy, by destination, after Sync
 }
 
 type batchDir struct {
-	fd       int
-	dev, ino uint64
-	name     string
+	fd   int
+	dev  uint64
+	key  string // root and path, as asked for
+	name string
 }
 
-// keep makes the Batch fsync the directory open as fd (it keeps a
-// duplicate of fd, once per directory); false means the caller must fsync
-// it itself.
-func (b *Batch) keep(fd int, name string) bool {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return false
-	}
+// NewBatch returns an empty Batch whose Sync is paced by t (nil: no
+// limits), so that its work counts under PERCENT like the copies'; with
+// syncEach every held copy is fsynced on its own.
+func NewBatch(t *Throttle, syncEach bool) *Batch {
+	return &Batch{t: t, syncEach: syncEach}
+}
+
+// openDir returns the Batch's descriptor of the destination directory
+// dir (beneath root, if set), opening and creating it as a lone copy does
+// (openDir) the first time it is asked for. The descriptor stays the
+// Batch's. The checks at publishing (Sync) look the names up afresh, so a
+// directory moved after it was opened is seen then, as for a lone copy.
+func (b *Batch) openDir(dir, root, who string) (int, error) {
+	key := root + "\x00" + dir
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, d := range b.dirs {
-		if d.dev == st.Dev && d.ino == st.Ino {
-			return true
+		if d.key == key {
+			return d.fd, nil
 		}
 	}
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	fd, parents, err := openDir(dir, root, who)
 	if err != nil {
-		return false
+		return -1, err
 	}
-	b.dirs = append(b.dirs, batchDir{fd: dup, dev: st.Dev, ino: st.Ino, name: name})
-	return true
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = unix.Close(fd)
+		return -1, osErr(who, "cannot stat directory "+dir, err)
+	}
+	b.dirs = append(b.dirs, batchDir{fd: fd, dev: st.Dev, key: key, name: dir})
+	b.parents = append(b.parents, parents...)
+	return fd, nil
+}
+
+// hold takes over a completed copy: its descriptors are the Batch's now.
+func (b *Batch) hold(r *run) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held = append(b.held, r)
+}
+
+// Held returns the number of copies waiting for Sync.
+func (b *Batch) Held() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.held)
 }
 
 // Dirs returns the number of directories the Batch holds.
@@ -55,18 +108,201 @@ func (b *Batch) Dirs() int {
 	return len(b.dirs)
 }
 
-// Sync fsyncs each directory once and releases them. Only when it returns
-// nil are the copies completed into the Batch durable under their names.
-func (b *Batch) Sync() error {
+// Err returns the outcome of the held copy to dst after Sync: nil when it
+// is durable under its name. A destination the Batch never held is an
+// error too.
+func (b *Batch) Err(dst string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var first error
-	for _, d := range b.dirs {
-		if err := fsync(d.fd); err != nil && first == nil {
-			first = fmt.Errorf("cannot fsync directory %s: %w", d.name, err)
+	err, ok := b.errs[filepath.Clean(dst)]
+	if !ok {
+		return fmt.Errorf("destination %s: %w", dst, errNotHeld)
+	}
+	return err
+}
+
+var errNotHeld = errors.New("not completed in this batch")
+
+// Sync makes the held copies durable and publishes them, then releases
+// everything the Batch holds; Err tells each copy's outcome. It returns
+// the first error, nil if every held copy is durable under its name. It
+// does not stop half-way when ctx ends: the copies are complete, and
+// finishing them is quicker than copying them again.
+func (b *Batch) Sync(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.t.Begin()
+	defer w.End()
+	b.errs = make(map[string]error, len(b.held))
+	fail := func(r *run, err error) {
+		if _, ok := b.errs[r.dst]; !ok || err != nil {
+			b.errs[r.dst] = err
 		}
+	}
+	// The data first, then the names: a name never leads to bytes that
+	// are not durable.
+	mode, err := b.syncData()
+	for _, r := range b.held {
+		switch {
+		case err != nil:
+			fail(r, osErr(r.dstName, "cannot make partial copy "+r.tmpPath+" durable", err))
+		case mode.failed[r] != nil:
+			fail(r, osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, mode.failed[r]))
+		default:
+			r.dropCache()
+			fail(r, r.publish())
+		}
+	}
+	if err := b.syncNames(mode); err != nil {
+		for _, r := range b.held {
+			if b.errs[r.dst] == nil {
+				fail(r, err)
+			}
+		}
+	}
+	for _, r := range b.held {
+		r.dir = -1 // the Batch's, closed below
+		if cerr := r.closeFiles(); cerr != nil && b.errs[r.dst] == nil {
+			fail(r, cerr)
+		}
+	}
+	for _, d := range b.dirs {
 		_ = unix.Close(d.fd)
 	}
-	b.dirs = nil
+	b.dirs, b.held, b.parents = nil, nil, nil
+	_ = ctx // Sync finishes what it holds; see above
+	var first error
+	for _, err := range b.errs {
+		if err != nil {
+			first = err
+			break
+		}
+	}
 	return first
+}
+
+// syncMode is how Sync made the held copies' data durable.
+type syncMode struct {
+	syncfs map[uint64]int // file systems synced whole: device → a descriptor on it
+	failed map[*run]error // copies whose own fsync failed
+}
+
+// syncData makes the data of every held copy durable: syncfs once per
+// file system where it can be trusted, an fsync of each file elsewhere. An
+// error of syncfs concerns every copy on that file system and is returned.
+func (b *Batch) syncData() (syncMode, error) {
+	m := syncMode{syncfs: map[uint64]int{}, failed: map[*run]error{}}
+	trusted := !b.syncEach && syncfsReportsErrors()
+	for _, r := range b.held {
+		dev := r.tmpStat.Dev
+		if _, ok := m.syncfs[dev]; ok {
+			continue
+		}
+		if trusted && syncfsCovers(r.tmp) {
+			m.syncfs[dev] = r.tmp
+		}
+	}
+	for _, fd := range m.syncfs {
+		if err := retry(func() error { return unix.Syncfs(fd) }); err != nil {
+			return m, err
+		}
+	}
+	for _, r := range b.held {
+		if _, ok := m.syncfs[r.tmpStat.Dev]; ok {
+			continue
+		}
+		if err := fsync(r.tmp); err != nil {
+			m.failed[r] = err
+		}
+	}
+	return m, nil
+}
+
+// syncNames makes the renames and the directories the copies created
+// durable: syncfs again where the data was synced that way, an fsync of
+// each directory once elsewhere.
+func (b *Batch) syncNames(m syncMode) error {
+	for _, fd := range m.syncfs {
+		if err := retry(func() error { return unix.Syncfs(fd) }); err != nil {
+			return fmt.Errorf("cannot make the published names durable: %w", err)
+		}
+	}
+	for _, d := range b.parents {
+		if syncedWhole(m, d) {
+			continue
+		}
+		if err := fsyncDir(d); err != nil {
+			return fmt.Errorf("cannot fsync directory %s: %w", d, err)
+		}
+	}
+	for _, d := range b.dirs {
+		if _, ok := m.syncfs[d.dev]; ok {
+			continue
+		}
+		if err := fsync(d.fd); err != nil {
+			return fmt.Errorf("cannot fsync directory %s: %w", d.name, err)
+		}
+	}
+	return nil
+}
+
+// syncedWhole tells whether directory dir lies on a file system Sync
+// synced whole.
+func syncedWhole(m syncMode, dir string) bool {
+	if len(m.syncfs) == 0 {
+		return false
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return false
+	}
+	_, ok := m.syncfs[st.Dev]
+	return ok
+}
+
+// syncfsReportsErrors tells whether this kernel's syncfs(2) returns the
+// write-back errors of the file system (Linux 5.8 and later); before, it
+// returned 0 whatever happened, so it cannot stand in for fsync.
+func syncfsReportsErrors() bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	return kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 5, 8)
+}
+
+// kernelAtLeast tells whether the release string (as uname -r prints it)
+// is at least major.minor.
+func kernelAtLeast(release string, major, minor int) bool {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	digits := strings.IndexFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
+	if digits < 0 {
+		digits = len(parts[1])
+	}
+	mi, err2 := strconv.Atoi(parts[1][:digits])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// syncfsCovers tells whether fd lies on a local file system whose syncfs
+// writes back every dirty page and commits the metadata (the journal or
+// log) of the whole file system: ext2/3/4, XFS, btrfs, F2FS, tmpfs.
+// Network and cluster file systems (NFS, Lustre, GPFS, FUSE) get an fsync
+// per file: their syncfs is not known to give that guarantee everywhere.
+func syncfsCovers(fd int) bool {
+	var s unix.Statfs_t
+	if err := unix.Fstatfs(fd, &s); err != nil {
+		return false
+	}
+	switch int64(s.Type) {
+	case unix.EXT4_SUPER_MAGIC, unix.XFS_SUPER_MAGIC, unix.BTRFS_SUPER_MAGIC, unix.F2FS_SUPER_MAGIC, unix.TMPFS_MAGIC:
+		return true
+	}
+	return false
 }

@@ -20,6 +20,7 @@ const (
 	MinBufSize          = 4 << 10         // smaller positive Options.BufSize values are raised to this
 	DefaultSyncBytes    = 64 << 20        // Options.SyncBytes when unset
 	DefaultSyncInterval = 2 * time.Second // Options.SyncInterval when unset
+	DropCacheMin        = 1 << 20         // smallest file whose pages Options.DropCache drops
 )
 
 const (
@@ -58,7 +59,10 @@ type Options struct {
 	// DefaultSyncInterval).
 	SyncInterval time.Duration
 	// DropCache asks the kernel (posix_fadvise DONTNEED) to drop the source
-	// and destination pages of each range once it is durable.
+	// and destination pages of each range once it is durable, for files of
+	// DropCacheMin bytes or more. Each call drains the page lists of every
+	// CPU, which costs more than the pages of a small file are worth: those
+	// are left to the kernel's reclaim, like any clean page.
 	DropCache bool
 	// VerifyAfter re-reads the durable partial copy before publishing it and
 	// compares its CRC32 with the CRC32 of the data read from the source.
@@ -69,6 +73,9 @@ type Options struct {
 	// copy) are paced by PERCENT but not counted against the bandwidth
 	// limit, which applies to bytes copied.
 	VerifyAfter bool
+	// SyncEach makes a Batch fsync each of its files, as a lone copy does,
+	// instead of one syncfs per local file system (see Batch).
+	SyncEach bool
 }
 
 // Job is one file to copy, as the transfer file describes it.
@@ -87,10 +94,10 @@ type Job struct {
 	// as zeros. Nil means the whole file, with holes found by
 	// SEEK_DATA/SEEK_HOLE; an empty non-nil slice means the file is all hole.
 	Ranges []Range
-	// Batch, when set, defers the end of a completed copy: the data is
-	// fsynced and published under its final name, but the directory's
-	// fsync is left to Batch.Sync and commit is not called with Size; the
-	// caller records the completion once Batch.Sync has succeeded.
+	// Batch, when set, defers the end of a completed copy: the copy is
+	// checked and handed to the Batch (Result.Held), whose Sync makes it
+	// durable and publishes it; commit is not called with Size, the
+	// caller records the completion once Batch.Err says it is durable.
 	Batch *Batch
 	// Verify, when set, checks the source's content on the descriptor the
 	// copy opened, as the bytes are copied; the copy is published only on
@@ -113,6 +120,10 @@ type Result struct {
 	CRC uint32
 	// Complete is set once the destination is durable under its final name.
 	Complete bool
+	// Held is set instead when the copy is complete and checked but was
+	// handed to Job.Batch, which makes it durable and publishes it: it is
+	// complete once Batch.Sync is done and Batch.Err is nil. CRC is valid.
+	Held bool
 	// Restarted, when not empty, says why the job's WRITTEN could not be
 	// resumed and the copy started again from offset 0.
 	Restarted string
@@ -227,6 +238,8 @@ type run struct {
 	kicked   int64 // writeback started up to here
 	dropped  int64 // page cache dropped up to here
 
+	dirBorrowed   bool     // dir is the Batch's, not closed with the copy
+	identity      bool     // the source's identity is recorded on the partial copy
 	dirsPending   bool     // directory entries not yet fsynced
 	newDirParents []string // parents of directories this copy created
 }
@@ -368,12 +381,22 @@ func (r *run) refuse(err error) error {
 
 // openTemp resumes the partial copy at job.Written or starts a new one.
 func (r *run) openTemp() error {
-	dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
-	if err != nil {
-		return err
+	if b := r.job.Batch; b != nil {
+		// The Batch's, opened once for all its copies to that directory;
+		// the Batch makes the new directories durable.
+		dir, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
+		if err != nil {
+			return err
+		}
+		r.dir, r.dirBorrowed = dir, true
+	} else {
+		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
+		if err != nil {
+			return err
+		}
+		r.dir, r.newDirParents = dir, parents
+		r.dirsPending = len(parents) > 0
 	}
-	r.dir, r.newDirParents = dir, parents
-	r.dirsPending = len(parents) > 0
 	var st unix.Stat_t
 	if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		// rename(2) could not replace it: fail before copying anything.
@@ -440,6 +463,7 @@ func (r *run) resume() (ok bool, why string, err error) {
 		_ = r.closeTemp()
 		return false, fmt.Sprintf("the source changed since partial copy %s was written (it is now %s)", r.tmpPath, r.srcID), nil
 	}
+	r.identity = true
 	if st.Size < w {
 		_ = r.closeTemp()
 		return false, fmt.Sprintf("partial copy %s holds %d bytes, fewer than WRITTEN %d", r.tmpPath, st.Size, w), nil
@@ -494,7 +518,15 @@ func (r *run) createTemp() error {
 		}
 	}
 	r.tmpStat = st
-	recordIdentity(fd, r.srcID)
+	if r.job.Batch == nil {
+		recordIdentity(fd, r.srcID)
+		r.identity = true
+	} else {
+		// Recorded before the first commit of partial progress, if any: a
+		// small file of a batch usually has none, and its partial copy is
+		// never resumed from 0.
+		dropIdentity(fd)
+	}
 	r.dirsPending = true
 	r.tempSize, r.pos, r.crc, r.crcPos, r.kicked, r.dropped = 0, 0, 0, 0, 0, 0
 	r.res.Written = 0
@@ -572,6 +604,10 @@ func (r *run) copyData() error {
 
 // syncCommit makes [0,pos) durable and commits pos.
 func (r *run) syncCommit() error {
+	if !r.identity {
+		recordIdentity(r.tmp, r.srcID)
+		r.identity = true
+	}
 	if err := r.syncTemp(r.pos); err != nil {
 		return err
 	}
@@ -650,20 +686,28 @@ func (r *run) checkTempPlace() error {
 // the partial copy, which may mix two versions, is discarded.
 func (r *run) checkSource() error {
 	var st unix.Stat_t
-	if err := unix.Fstat(r.src, &st); err != nil {
-		return osErr(r.srcName, "cannot stat", err)
+	var fresh unix.Stat_t
+	lookup := r.srcPlace.stat(&fresh)
+	if r.src >= 0 {
+		if err := unix.Fstat(r.src, &st); err != nil {
+			return osErr(r.srcName, "cannot stat", err)
+		}
+	} else if lookup == nil {
+		// Closed already (a copy held by a Batch): the file the path leads
+		// to now must be the one copied, unmodified.
+		st = fresh
+		if !sameFile(&fresh, &r.srcStat) {
+			return r.sourceReplaced(r.srcID.differs(identityOf(&fresh)))
+		}
 	}
 	now := identityOf(&st)
-	if now.size != r.job.Size {
-		return r.sourceChanged(fmt.Sprintf("it now holds %d bytes, SIZE is %d", now.size, r.job.Size))
-	}
-	var fresh unix.Stat_t
-	err := r.srcPlace.stat(&fresh)
 	switch {
-	case errors.Is(err, unix.ENOENT):
+	case errors.Is(lookup, unix.ENOENT):
 		return r.sourceReplaced("it was removed from its path")
-	case err != nil:
-		return osErr(r.srcName, "cannot look up", err)
+	case lookup != nil:
+		return osErr(r.srcName, "cannot look up", lookup)
+	case now.size != r.job.Size:
+		return r.sourceChanged(fmt.Sprintf("it now holds %d bytes, SIZE is %d", now.size, r.job.Size))
 	case !sameFile(&fresh, &st):
 		return r.sourceReplaced(r.srcID.differs(identityOf(&fresh)))
 	}
@@ -675,23 +719,45 @@ func (r *run) checkSource() error {
 
 // syncTemp extends the partial copy to at least size and fsyncs it.
 func (r *run) syncTemp(size int64) error {
+	if err := r.extendTemp(size); err != nil {
+		return err
+	}
+	if err := fsync(r.tmp); err != nil {
+		return osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, err)
+	}
+	r.unsynced, r.lastSync = 0, time.Now()
+	r.dropCache()
+	return nil
+}
+
+// extendTemp extends the partial copy to at least size: the hole at the
+// end of a sparse source.
+func (r *run) extendTemp(size int64) error {
 	if r.tempSize < size {
 		if err := ftruncate(r.tmp, size); err != nil {
 			return osErr(r.dstName, "cannot extend partial copy "+r.tmpPath, err)
 		}
 		r.tempSize = size
 	}
-	if err := fsync(r.tmp); err != nil {
-		return osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, err)
-	}
-	r.unsynced, r.lastSync = 0, time.Now()
-	if r.c.o.DropCache && size > r.dropped {
+	return nil
+}
+
+// dropsCache tells whether the pages of this copy are to be dropped.
+func (r *run) dropsCache() bool {
+	return r.c.o.DropCache && r.job.Size >= DropCacheMin
+}
+
+// dropCache drops the pages of the partial copy made durable, and of the
+// source they came from, with Options.DropCache.
+func (r *run) dropCache() {
+	if size := r.tempSize; r.dropsCache() && size > r.dropped {
 		// Hints only: a failure costs memory, not correctness.
-		_ = unix.Fadvise(r.src, r.dropped, size-r.dropped, unix.FADV_DONTNEED)
+		if r.src >= 0 {
+			_ = unix.Fadvise(r.src, r.dropped, size-r.dropped, unix.FADV_DONTNEED)
+		}
 		_ = unix.Fadvise(r.tmp, r.dropped, size-r.dropped, unix.FADV_DONTNEED)
 		r.dropped = size
 	}
-	return nil
 }
 
 // syncDirs fsyncs the directories whose entries this copy changed.
@@ -721,11 +787,19 @@ func (r *run) saveProgress() error {
 }
 
 // finish completes the partial copy, verifies it if asked, publishes it
-// under its final name and commits Size.
+// under its final name and commits Size. In a Batch, it stops once the
+// copy is complete and checked, and hands it to the Batch, whose Sync
+// makes it durable and publishes it.
 func (r *run) finish() error {
 	size := r.job.Size
 	r.crc, r.crcPos = crcZeros(r.crc, size-r.crcPos), size
-	if err := r.syncTemp(size); err != nil {
+	b := r.job.Batch
+	if b != nil && !r.c.o.VerifyAfter {
+		// Extended, not fsynced: Batch.Sync makes it durable.
+		if err := r.extendTemp(size); err != nil {
+			return err
+		}
+	} else if err := r.syncTemp(size); err != nil {
 		return err
 	}
 	if err := r.checkSource(); err != nil {
@@ -749,34 +823,76 @@ func (r *run) finish() error {
 				r.dstName, ErrVerifyMismatch, got, r.crc, r.discardTemp())
 		}
 	}
-	// Publish by name, so first make sure the name is still ours and still
-	// where DESTINATION leads; the lock is kept until the rename is done,
-	// so no other writer can empty the file in between.
+	if b != nil {
+		return r.hold(b)
+	}
+	if err := r.publish(); err != nil {
+		return err
+	}
+	if err := r.syncDirs(); err != nil {
+		return err
+	}
+	if err := r.closeTemp(); err != nil {
+		r.forget()
+		return osErr(r.dstName, "cannot close partial copy "+r.tmpPath, err)
+	}
+	r.res = Result{Written: size, CRC: r.crc, Complete: true, Restarted: r.res.Restarted}
+	if err := r.commit(size, r.crc); err != nil {
+		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName, err)
+	}
+	return r.paceDone()
+}
+
+// hold hands the complete, checked copy to the Batch b with its open
+// partial copy (still locked) and source: from here they are the Batch's,
+// and the Result says so.
+func (r *run) hold(b *Batch) error {
+	if r.check != nil {
+		r.check.Close()
+		r.check = nil
+	}
+	if r.srcFile != nil {
+		_ = r.srcFile.Close()
+		r.srcFile = nil
+	}
+	if r.dropsCache() {
+		// Now: the source's descriptor is not kept (one descriptor per
+		// held copy, so that a batch of thousands stays within
+		// RLIMIT_NOFILE); Batch.Sync drops the partial copy's pages.
+		_ = unix.Fadvise(r.src, 0, 0, unix.FADV_DONTNEED)
+	}
+	h := *r
+	_ = unix.Close(r.src)
+	h.src, h.seg.fd = -1, -1
+	r.tmp, r.src, r.dir = -1, -1, -1
+	b.hold(&h)
+	r.res = Result{Written: r.res.Written, CRC: r.crc, Held: true, Restarted: r.res.Restarted}
+	return r.paceDone()
+}
+
+// publish renames the durable partial copy to its final name, once sure
+// that the source is still the file copied, that the name is still ours
+// and still where DESTINATION leads; the lock is kept until the rename is
+// done, so no other writer can empty the file in between. Afterwards
+// DESTINATION, resolved afresh from the root, must be the file just
+// published. The directory's fsync is the caller's.
+func (r *run) publish() error {
+	if err := r.checkSource(); err != nil {
+		return err
+	}
 	if err := r.checkTempLinked(); err != nil {
 		return err
 	}
 	if err := r.checkTempPlace(); err != nil {
 		return err
 	}
-	dropIdentity(r.tmp)
+	if r.identity {
+		dropIdentity(r.tmp)
+	}
 	if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
 		return osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
 	}
 	r.dirsPending = true
-	if b := r.job.Batch; b != nil && b.keep(r.dir, filepath.Dir(r.dst)) {
-		// The Batch fsyncs the directory once for all its copies; the
-		// directories this copy created are fsynced here.
-		for _, d := range r.newDirParents {
-			if err := fsyncDir(d); err != nil {
-				return osErr(r.dstName, "cannot fsync directory "+d, err)
-			}
-		}
-		r.newDirParents, r.dirsPending = nil, false
-	} else if err := r.syncDirs(); err != nil {
-		return err
-	}
-	// The destination is where it says: DESTINATION, resolved afresh from
-	// the root, must be the file just published.
 	var st unix.Stat_t
 	if err := r.dstPlace.stat(&st); err != nil || !sameFile(&st, &r.tmpStat) {
 		detail := "leads to another file"
@@ -788,18 +904,7 @@ func (r *run) finish() error {
 		return fmt.Errorf("%s: %w: after publishing, %s %s; the copy went to the directory's old place and is not recorded",
 			r.dstName, ErrDestinationMoved, r.dst, detail)
 	}
-	if err := r.closeTemp(); err != nil {
-		r.forget()
-		return osErr(r.dstName, "cannot close partial copy "+r.tmpPath, err)
-	}
-	r.res = Result{Written: size, CRC: r.crc, Complete: true, Restarted: r.res.Restarted}
-	if r.job.Batch != nil {
-		return r.paceDone() // the caller records it with the Batch
-	}
-	if err := r.commit(size, r.crc); err != nil {
-		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName, err)
-	}
-	return r.paceDone()
+	return nil
 }
 
 // paceDone pays for the fsyncs and the publishing work too, so the share
@@ -933,9 +1038,9 @@ func (r *run) closeFiles() error {
 		_ = unix.Close(r.src)
 		r.src = -1
 	}
-	if r.dir >= 0 {
+	if r.dir >= 0 && !r.dirBorrowed {
 		_ = unix.Close(r.dir)
-		r.dir = -1
 	}
+	r.dir = -1
 	return err
 }
