@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"hash/maphash"
 	"strings"
+	"unsafe"
 )
 
 // Format constants of kvtree hash files, version 1.
@@ -86,7 +88,8 @@ func Decode(b []byte) (*Tree, error) {
 			return nil, errAt(len(body), "CRC mismatch: stored %#08x, computed %#08x", stored, got)
 		}
 	}
-	d := decoder{b: body, s: string(body), off: HeaderSize, slab: min(maxSlab, len(body)/minElement+1)}
+	d := decoder{b: body, off: HeaderSize, slab: min(maxSlab, len(body)/minElement+1)}
+	d.chunk = min(maxChunk, len(body))
 	t, err := d.tree(0)
 	if err != nil {
 		return nil, err
@@ -94,29 +97,40 @@ func Decode(b []byte) (*Tree, error) {
 	if d.off != len(body) {
 		return nil, errAt(d.off, "%d bytes of trailing data after the tree", len(body)-d.off)
 	}
+	if t == nil {
+		t = &Tree{}
+	}
 	return t, nil
 }
 
-// decoder unpacks the tree. Keys are substrings of one copy of the image
-// and trees and entry arrays come from slabs, so decoding a transfer file
-// of thousands of entries costs a few allocations per thousand keys.
+// decoder unpacks the tree. Trees and entry arrays come from slabs, empty
+// children are left nil (see entry), and keys are copied into large shared
+// blocks, short ones that repeat (SIZE, WRITTEN, 0) only once, so that a
+// transfer file of thousands of entries costs a few allocations per
+// thousand keys and its tree does not keep the image alive.
 type decoder struct {
 	b       []byte
-	s       string // the image as one string; keys are substrings of it
 	off     int
 	slab    int // trees or entries allocated at once
 	trees   []Tree
 	entries []entry
+	text    strings.Builder // the block keys are copied into
+	chunk   int             // its size
+	recent  [64]string      // short keys, by a hash of length and ends
 }
 
-const maxSlab = 512
+const (
+	maxSlab  = 512
+	maxChunk = 256 << 10
+	// maxShort is the longest key looked up among recent keys.
+	maxShort = 16
+)
 
 func (d *decoder) newTree() *Tree {
 	if len(d.trees) == 0 {
 		d.trees = make([]Tree, d.slab)
 	}
 	t := &d.trees[0]
-	t.placed = true
 	d.trees = d.trees[1:]
 	return t
 }
@@ -135,6 +149,36 @@ func (d *decoder) newEntries(n int) []entry {
 	return e
 }
 
+// key returns b as a string, sharing a recent equal key if there is one.
+func (d *decoder) key(b []byte) string {
+	if len(b) > maxShort {
+		return d.copyKey(b)
+	}
+	h := 0
+	if len(b) > 0 {
+		h = (len(b)*131 + int(b[0])*31 + int(b[len(b)-1])) % len(d.recent)
+	}
+	if r := d.recent[h]; r == string(b) {
+		return r
+	}
+	s := d.copyKey(b)
+	d.recent[h] = s
+	return s
+}
+
+// copyKey copies b to the current block. Bytes written to a block are
+// never changed, so the strings cut from it stay valid.
+func (d *decoder) copyKey(b []byte) string {
+	if d.text.Cap()-d.text.Len() < len(b) {
+		d.text = strings.Builder{}
+		d.text.Grow(max(d.chunk, len(b)))
+	}
+	start := d.text.Len()
+	d.text.Write(b)
+	return d.text.String()[start:]
+}
+
+// tree decodes a tree; an empty one is nil.
 func (d *decoder) tree(depth int) (*Tree, error) {
 	if depth > MaxDepth {
 		return nil, errAt(d.off, "nesting deeper than %d levels", MaxDepth)
@@ -146,7 +190,7 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 	countOff := d.off
 	d.off += 4
 	if count == 0 {
-		return d.newTree(), nil
+		return nil, nil
 	}
 	if room := uint64(len(d.b)-d.off) / minElement; uint64(count) > room {
 		return nil, errAt(countOff, "element count %d exceeds what the remaining %d bytes can hold", count, len(d.b)-d.off)
@@ -154,7 +198,7 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 	t := d.newTree()
 	t.entries = d.newEntries(int(count))
 	if count > indexThreshold {
-		t.index = make(map[string]int, count)
+		t.x = &extra{seed: maphash.MakeSeed(), slots: make([]int32, slotsFor(int(count)))}
 	}
 	for range count {
 		keyOff := d.off
@@ -162,18 +206,29 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 		if n < 0 {
 			return nil, errAt(keyOff, "truncated: key without NUL terminator")
 		}
-		key := d.s[d.off : d.off+n]
+		kb := d.b[d.off : d.off+n]
 		d.off += n + 1
-		if t.find(key) >= 0 {
-			return nil, errAt(keyOff, "duplicate key %q", key)
+		var key string
+		if t.x != nil {
+			key = d.key(kb)
+			if t.x.lookup(t.entries, key) >= 0 {
+				return nil, errAt(keyOff, "duplicate key %q", key)
+			}
+		} else {
+			for i := range t.entries {
+				if t.entries[i].key == string(kb) {
+					return nil, errAt(keyOff, "duplicate key %q", kb)
+				}
+			}
+			key = d.key(kb)
 		}
 		sub, err := d.tree(depth + 1)
 		if err != nil {
 			return nil, err
 		}
-		t.entries = append(t.entries, entry{key: key, sub: sub})
-		if t.index != nil {
-			t.index[key] = len(t.entries) - 1
+		t.entries = append(t.entries, entry{key: key, sub: unsafe.Pointer(sub)})
+		if t.x != nil {
+			t.x.add(key, len(t.entries)-1)
 		}
 	}
 	return t, nil
@@ -184,8 +239,9 @@ func EncodedSize(t *Tree) int { return HeaderSize + treeSize(t) + crcSize }
 
 func treeSize(t *Tree) int {
 	n := 4
-	for _, e := range t.entries {
-		n += len(e.key) + 1 + treeSize(e.sub)
+	for i := range t.Len() {
+		e := &t.entries[i]
+		n += len(e.key) + 1 + treeSize(e.peek())
 	}
 	return n
 }
@@ -218,20 +274,22 @@ func appendImage(b []byte, t *Tree) ([]byte, bool) {
 	b = binary.BigEndian.AppendUint32(b, FlagCRC)
 	b, exact := appendTree(b, t)
 	binary.BigEndian.PutUint64(b[start+8:], uint64(len(b)-start+crcSize))
-	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:])), exact && !t.shared
+	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:])), exact && !t.isShared()
 }
 
 func appendTree(b []byte, t *Tree) ([]byte, bool) {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(t.entries)))
+	b = binary.BigEndian.AppendUint32(b, uint32(t.Len()))
 	exact := true
-	for _, e := range t.entries {
-		if strings.IndexByte(e.key, 0) >= 0 || e.sub.shared {
+	for i := range t.Len() {
+		e := &t.entries[i]
+		sub := e.peek()
+		if strings.IndexByte(e.key, 0) >= 0 || sub.isShared() {
 			exact = false
 		}
 		b = append(b, e.key...)
 		b = append(b, 0)
 		var ok bool
-		b, ok = appendTree(b, e.sub)
+		b, ok = appendTree(b, sub)
 		exact = exact && ok
 	}
 	return b, exact

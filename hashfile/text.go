@@ -18,13 +18,14 @@ func Print(w io.Writer, t *Tree, indent int) error {
 }
 
 func printTree(w *bufio.Writer, t *Tree, indent int) {
-	for _, e := range t.entries {
+	for i := range t.Len() {
+		e := &t.entries[i]
 		for range indent {
 			w.WriteByte(' ')
 		}
 		w.WriteString(e.key)
 		w.WriteByte('\n')
-		printTree(w, e.sub, indent+2)
+		printTree(w, e.peek(), indent+2)
 	}
 }
 
@@ -47,8 +48,9 @@ func (t *Tree) Entries() []Entry {
 		return nil
 	}
 	out := make([]Entry, len(t.entries))
-	for i, e := range t.entries {
-		out[i] = Entry{Key: e.key, Sub: e.sub}
+	for i := range t.entries {
+		e := &t.entries[i]
+		out[i] = Entry{Key: e.key, Sub: e.child()}
 	}
 	return out
 }

@@ -6,14 +6,17 @@ package hashfile
 
 import (
 	"fmt"
+	"hash/maphash"
 	"iter"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 )
 
-// indexThreshold is the number of keys above which a Tree keeps a map from
-// key to position, so that lookups in a FILES subtree of thousands of entries
-// stay O(1) while small trees stay cheap.
+// indexThreshold is the number of keys above which a Tree keeps an index
+// from key to position, so that lookups in a FILES subtree of thousands of
+// entries stay O(1) while small trees stay cheap.
 const indexThreshold = 16
 
 // Tree is a kvtree: an ordered set of unique keys, each with a child tree.
@@ -21,22 +24,52 @@ const indexThreshold = 16
 // child, as KVTree does (SIZE → 524294 → {}). The order of keys is the order
 // they were read or added in; it carries no meaning in the protocol but is
 // preserved so that decoding and re-encoding a file keeps its bytes.
+//
+// A Tree may be read from several goroutines at once; a change must not
+// overlap any other use.
 type Tree struct {
 	entries []entry
-	index   map[string]int
-	// placed is set once the tree is the child of a key; shared once it
-	// was given to SetTree while placed, when it may be the child of two
-	// keys at once (an image decodes to separate copies).
-	placed, shared bool
+	x       *extra // nil for most trees
 }
 
+// extra holds what few trees need: the index of a large tree, and the
+// marks that tell whether a tree may sit under two keys at once (an image
+// decodes to separate copies, so a Store must not keep such a tree).
+type extra struct {
+	seed  maphash.Seed
+	slots []int32 // open addressing: position+1 of an entry, 0 for none
+	// free is set by New and Clone until the tree becomes a child.
+	free bool
+	// shared is set when SetTree was given a tree that was not free.
+	shared bool
+}
+
+// entry is a key and its child. An empty child is left nil until someone
+// asks for it as a tree (child), so that the values of a large file do not
+// each cost an empty tree; it is then made once, atomically, so that
+// concurrent readers see the same tree.
 type entry struct {
 	key string
-	sub *Tree
+	sub unsafe.Pointer // *Tree
 }
 
+// peek returns the child of e, nil if it is empty and was never asked for.
+func (e *entry) peek() *Tree { return (*Tree)(atomic.LoadPointer(&e.sub)) }
+
+// child returns the child of e, making an empty tree for a nil one.
+func (e *entry) child() *Tree {
+	if p := atomic.LoadPointer(&e.sub); p != nil {
+		return (*Tree)(p)
+	}
+	atomic.CompareAndSwapPointer(&e.sub, nil, unsafe.Pointer(&Tree{}))
+	return (*Tree)(atomic.LoadPointer(&e.sub))
+}
+
+// isShared reports whether t was given to SetTree when it was not free.
+func (t *Tree) isShared() bool { return t != nil && t.x != nil && t.x.shared }
+
 // New returns an empty tree.
-func New() *Tree { return &Tree{} }
+func New() *Tree { return &Tree{x: &extra{free: true}} }
 
 // Len returns the number of keys at the top level of t.
 func (t *Tree) Len() int {
@@ -52,8 +85,8 @@ func (t *Tree) Keys() []string {
 		return nil
 	}
 	keys := make([]string, len(t.entries))
-	for i, e := range t.entries {
-		keys[i] = e.key
+	for i := range t.entries {
+		keys[i] = t.entries[i].key
 	}
 	return keys
 }
@@ -65,8 +98,9 @@ func (t *Tree) All() iter.Seq2[string, *Tree] {
 		if t == nil {
 			return
 		}
-		for _, e := range t.entries {
-			if !yield(e.key, e.sub) {
+		for i := range t.entries {
+			e := &t.entries[i]
+			if !yield(e.key, e.child()) {
 				return
 			}
 		}
@@ -77,24 +111,63 @@ func (t *Tree) find(key string) int {
 	if t == nil {
 		return -1
 	}
-	if t.index != nil {
-		if i, ok := t.index[key]; ok {
-			return i
-		}
-		return -1
+	if t.x != nil && t.x.slots != nil {
+		return t.x.lookup(t.entries, key)
 	}
-	for i, e := range t.entries {
-		if e.key == key {
+	for i := range t.entries {
+		if t.entries[i].key == key {
 			return i
 		}
 	}
 	return -1
 }
 
+// lookup returns the position of key in entries, -1 if absent.
+func (x *extra) lookup(entries []entry, key string) int {
+	mask := uint64(len(x.slots) - 1)
+	for i := maphash.String(x.seed, key) & mask; ; i = (i + 1) & mask {
+		p := x.slots[i]
+		if p == 0 {
+			return -1
+		}
+		if entries[p-1].key == key {
+			return int(p - 1)
+		}
+	}
+}
+
+// add records that entries[pos] holds key; the table must have room.
+func (x *extra) add(key string, pos int) {
+	mask := uint64(len(x.slots) - 1)
+	i := maphash.String(x.seed, key) & mask
+	for x.slots[i] != 0 {
+		i = (i + 1) & mask
+	}
+	x.slots[i] = int32(pos + 1)
+}
+
+// slotsFor returns the table size for n keys: at most half full.
+func slotsFor(n int) int {
+	size := 64
+	for size < 2*n {
+		size *= 2
+	}
+	return size
+}
+
 // Get returns the child of key, or nil if t has no such key.
 func (t *Tree) Get(key string) *Tree {
 	if i := t.find(key); i >= 0 {
-		return t.entries[i].sub
+		return t.entries[i].child()
+	}
+	return nil
+}
+
+// peek returns the child of key, nil if t has no such key or the child is
+// empty.
+func (t *Tree) peek(key string) *Tree {
+	if i := t.find(key); i >= 0 {
+		return t.entries[i].peek()
 	}
 	return nil
 }
@@ -118,52 +191,72 @@ func (t *Tree) Lookup(path ...string) *Tree {
 // t if it is not there yet.
 func (t *Tree) Set(key string) *Tree {
 	if i := t.find(key); i >= 0 {
-		return t.entries[i].sub
+		return t.entries[i].child()
 	}
-	sub := &Tree{placed: true}
+	sub := &Tree{}
 	t.insert(key, sub)
 	return sub
 }
 
 // SetTree makes sub the child of key, keeping key's position if present.
 func (t *Tree) SetTree(key string, sub *Tree) {
-	if sub == nil {
+	switch {
+	case sub == nil:
 		sub = &Tree{}
+	case sub.x != nil && sub.x.free:
+		sub.x.free = false
+		if sub.x.slots == nil && !sub.x.shared {
+			sub.x = nil
+		}
+	default:
+		// It may be the child of another key as well.
+		if sub.x == nil {
+			sub.x = &extra{}
+		}
+		sub.x.shared = true
 	}
-	if sub.placed {
-		sub.shared = true
-	}
-	sub.placed = true
 	t.setTree(key, sub)
 }
 
-// setTree is SetTree for a sub known to be placed nowhere else.
+// setTree is SetTree for a sub known to be the child of no other key.
 func (t *Tree) setTree(key string, sub *Tree) {
 	if i := t.find(key); i >= 0 {
-		t.entries[i].sub = sub
+		t.entries[i].sub = unsafe.Pointer(sub)
 		return
 	}
 	t.insert(key, sub)
 }
 
 func (t *Tree) insert(key string, sub *Tree) {
-	t.entries = append(t.entries, entry{key: key, sub: sub})
+	t.entries = append(t.entries, entry{key: key, sub: unsafe.Pointer(sub)})
 	switch {
-	case t.index != nil:
-		t.index[key] = len(t.entries) - 1
+	case t.x != nil && t.x.slots != nil && 2*len(t.entries) <= len(t.x.slots):
+		t.x.add(key, len(t.entries)-1)
 	case len(t.entries) > indexThreshold:
 		t.reindex()
 	}
 }
 
+// reindex rebuilds the index of t, or drops it when t is small.
 func (t *Tree) reindex() {
 	if len(t.entries) <= indexThreshold {
-		t.index = nil
+		if t.x != nil {
+			t.x.slots = nil
+			if !t.x.free && !t.x.shared {
+				t.x = nil
+			}
+		}
 		return
 	}
-	t.index = make(map[string]int, len(t.entries))
-	for i, e := range t.entries {
-		t.index[e.key] = i
+	if t.x == nil {
+		t.x = &extra{}
+	}
+	if t.x.slots == nil {
+		t.x.seed = maphash.MakeSeed()
+	}
+	t.x.slots = make([]int32, slotsFor(2*len(t.entries)))
+	for i := range t.entries {
+		t.x.add(t.entries[i].key, i)
 	}
 }
 
@@ -174,7 +267,8 @@ func (t *Tree) Unset(key string) bool {
 		return false
 	}
 	t.entries = append(t.entries[:i], t.entries[i+1:]...)
-	if t.index != nil {
+	t.entries[len(t.entries) : len(t.entries)+1][0] = entry{} // let the child go
+	if t.x != nil && t.x.slots != nil {
 		t.reindex()
 	}
 	return true
@@ -183,7 +277,7 @@ func (t *Tree) Unset(key string) bool {
 // Value returns the value stored under key: the single key of key's child.
 // It reports false if key is missing or its child does not hold exactly one key.
 func (t *Tree) Value(key string) (string, bool) {
-	sub := t.Get(key)
+	sub := t.peek(key)
 	if sub.Len() != 1 {
 		return "", false
 	}
@@ -193,9 +287,7 @@ func (t *Tree) Value(key string) (string, bool) {
 // SetValue stores value under key, replacing whatever key held, in the way
 // KVTree's kvtree_util_set_* functions do.
 func (t *Tree) SetValue(key, value string) {
-	sub := &Tree{placed: true}
-	sub.insert(value, &Tree{placed: true})
-	t.setTree(key, sub)
+	t.setTree(key, &Tree{entries: []entry{{key: value}}})
 }
 
 // Uint returns the value under key parsed as an unsigned decimal byte count.
@@ -215,10 +307,12 @@ func (t *Tree) Uint(key string) (v uint64, ok bool, err error) {
 // single returns the one value under key; ok is false if key is absent, err
 // non-nil if key is present without exactly one value.
 func (t *Tree) single(key string) (s string, ok bool, err error) {
-	sub := t.Get(key)
-	switch {
-	case sub == nil:
+	i := t.find(key)
+	if i < 0 {
 		return "", false, nil
+	}
+	sub := t.entries[i].peek()
+	switch {
 	case sub.Len() != 1:
 		return "", true, fmt.Errorf("%s: want one value, found %d", key, sub.Len())
 	}
@@ -279,12 +373,14 @@ func (t *Tree) Walk(fn func(path []string, sub *Tree) error) error {
 }
 
 func (t *Tree) walk(path []string, fn func([]string, *Tree) error) error {
-	for _, e := range t.entries {
+	for i := range t.Len() {
+		e := &t.entries[i]
 		p := append(path[:len(path):len(path)], e.key)
-		if err := fn(p, e.sub); err != nil {
+		sub := e.child()
+		if err := fn(p, sub); err != nil {
 			return err
 		}
-		if err := e.sub.walk(p, fn); err != nil {
+		if err := sub.walk(p, fn); err != nil {
 			return err
 		}
 	}
@@ -293,18 +389,27 @@ func (t *Tree) walk(path []string, fn func([]string, *Tree) error) error {
 
 // Clone returns a deep copy of t.
 func (t *Tree) Clone() *Tree {
-	c := &Tree{}
-	if t == nil {
-		return c
-	}
-	c.entries = make([]entry, len(t.entries))
-	for i, e := range t.entries {
-		sub := e.sub.Clone()
-		sub.placed = true
-		c.entries[i] = entry{key: e.key, sub: sub}
-	}
+	c := New()
+	c.entries = t.cloneEntries()
 	c.reindex()
 	return c
+}
+
+func (t *Tree) cloneEntries() []entry {
+	if t.Len() == 0 {
+		return nil
+	}
+	entries := make([]entry, len(t.entries))
+	for i := range t.entries {
+		e := &t.entries[i]
+		entries[i].key = e.key
+		if sub := e.peek(); sub.Len() > 0 {
+			c := &Tree{entries: sub.cloneEntries()}
+			c.reindex()
+			entries[i].sub = unsafe.Pointer(c)
+		}
+	}
+	return entries
 }
 
 // Equal reports whether t and u hold the same keys in the same order with
@@ -314,8 +419,8 @@ func (t *Tree) Equal(u *Tree) bool {
 		return false
 	}
 	for i := range t.Len() {
-		a, b := t.entries[i], u.entries[i]
-		if a.key != b.key || !a.sub.Equal(b.sub) {
+		a, b := &t.entries[i], &u.entries[i]
+		if a.key != b.key || !a.peek().Equal(b.peek()) {
 			return false
 		}
 	}
