@@ -123,19 +123,73 @@ type Options struct {
 	// one that a symbolic link leads outside is an error naming it. Unset,
 	// companions are opened by path.
 	Root *os.Root
+	// RootDir, when Root is unset, confines companions as Root does to the
+	// directory it names: an os.Root of it is opened the first time a
+	// companion is needed, and closed when the inspection ends. Most
+	// checkpoints have no companion; opening a root for each of thousands
+	// of small files would cost more than checking them.
+	RootDir string
 }
 
-// fsys returns the file system companions are opened in.
-func (o Options) fsys() fileSystem {
-	if o.Root != nil {
-		return rootFS{root: o.Root, dir: filepath.Clean(o.Root.Name())}
+// fsys returns the file system companions are opened in, and what to call
+// when the inspection ends.
+func (o Options) fsys() (fileSystem, func()) {
+	switch {
+	case o.Root != nil:
+		return rootFS{root: o.Root, dir: filepath.Clean(o.Root.Name())}, func() {}
+	case o.RootDir != "":
+		l := &lazyRootFS{dir: o.RootDir}
+		return l, l.close
 	}
-	return osFS{}
+	return osFS{}, func() {}
+}
+
+// lazyRootFS is rootFS with the root opened on first use.
+type lazyRootFS struct {
+	dir string
+	fs  *rootFS
+	err error
+}
+
+func (l *lazyRootFS) get() (*rootFS, error) {
+	if l.fs == nil && l.err == nil {
+		root, err := os.OpenRoot(l.dir)
+		if err != nil {
+			l.err = fmt.Errorf("confining directory: %w", err)
+		} else {
+			l.fs = &rootFS{root: root, dir: filepath.Clean(root.Name())}
+		}
+	}
+	return l.fs, l.err
+}
+
+func (l *lazyRootFS) open(path string) (file, error) {
+	r, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return r.open(path)
+}
+
+func (l *lazyRootFS) readDir(dir string) ([]string, error) {
+	r, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return r.readDir(dir)
+}
+
+func (l *lazyRootFS) close() {
+	if l.fs != nil {
+		_ = l.fs.root.Close()
+	}
 }
 
 // InspectWith is Inspect with options.
 func InspectWith(ctx context.Context, path string, o Options) (*Report, error) {
-	return inspect(ctx, o.fsys(), path, o)
+	fsys, done := o.fsys()
+	defer done()
+	return inspect(ctx, fsys, path, o)
 }
 
 // InspectFile is Inspect on a file the caller has opened: f holds size
@@ -147,7 +201,9 @@ func InspectFile(ctx context.Context, f io.ReaderAt, size int64, path string, o 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return inspectSource(&source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path}, o.fsys())
+	fsys, done := o.fsys()
+	defer done()
+	return inspectSource(&source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path}, fsys)
 }
 
 // readerOf returns f as the source's reader; an *os.File keeps the mapped

@@ -67,7 +67,9 @@ func StartCheck(ctx context.Context, f io.ReaderAt, size int64, path string, o O
 			c.err = err
 			return
 		}
-		c.rep, c.err = inspectSource(s, o.fsys())
+		fsys, done := o.fsys()
+		defer done()
+		c.rep, c.err = inspectSource(s, fsys)
 		c.feed.drain()
 	}()
 	<-c.ready

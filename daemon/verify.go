@@ -33,12 +33,8 @@ func (v *checkpointVerifier) Start(ctx context.Context, src *os.File, size int64
 
 // start is Start on any reader of the source.
 func (v *checkpointVerifier) start(ctx context.Context, src io.ReaderAt, size int64) (flush.Check, []flush.Range, error) {
-	root, err := os.OpenRoot(v.root)
-	if err != nil {
-		return nil, nil, fmt.Errorf("checking the checkpoint: confining directory: %w", err)
-	}
-	c := cache.StartCheck(ctx, src, size, v.path, cache.Options{Pace: v.pace, Root: root})
-	chk := &streamCheck{v: v, c: c, root: root}
+	c := cache.StartCheck(ctx, src, size, v.path, cache.Options{Pace: v.pace, RootDir: v.root})
+	chk := &streamCheck{v: v, c: c}
 	rep, err, done := c.Early()
 	if !done {
 		return chk, nil, nil
@@ -73,9 +69,8 @@ func checkError(err error) error { return fmt.Errorf("checking the checkpoint: %
 
 // streamCheck adapts a cache.Check to flush.Check.
 type streamCheck struct {
-	v    *checkpointVerifier
-	c    *cache.Check
-	root *os.Root
+	v *checkpointVerifier
+	c *cache.Check
 }
 
 func (s *streamCheck) Feed(off int64, p []byte) error {
@@ -96,5 +91,4 @@ func (s *streamCheck) Verdict() error {
 
 func (s *streamCheck) Close() {
 	s.c.Close()
-	_ = s.root.Close()
 }

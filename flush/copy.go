@@ -27,6 +27,9 @@ const (
 	// kickBytes: writeback of the partial copy is started every kickBytes so
 	// that the fsync closing a batch finds little left to write.
 	kickBytes = 8 << 20
+	// kickHeld: the write-back of a copy handed to a Batch is started at
+	// once if it holds this much or more.
+	kickHeld = 64 << 10
 	// tempSuffix ends the name of a partial copy.
 	tempSuffix = PartialSuffix
 	// nameMax is the longest file name Linux file systems accept.
@@ -854,6 +857,13 @@ func (r *run) hold(b *Batch) error {
 	if r.srcFile != nil {
 		_ = r.srcFile.Close()
 		r.srcFile = nil
+	}
+	if r.tempSize > r.kicked && r.tempSize >= kickHeld {
+		// Start the write-back now, so that the Batch's sync finds
+		// little left to write. A hint only: errors are left for the
+		// sync to report.
+		_ = unix.SyncFileRange(r.tmp, r.kicked, r.tempSize-r.kicked, unix.SYNC_FILE_RANGE_WRITE)
+		r.kicked = r.tempSize
 	}
 	if r.dropsCache() {
 		// Now: the source's descriptor is not kept (one descriptor per
