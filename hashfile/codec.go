@@ -178,6 +178,22 @@ func (d *decoder) copyKey(b []byte) string {
 	return d.text.String()[start:]
 }
 
+// value decodes a value, a tree of one non-empty key with an empty child,
+// if one is next; ok is false, and nothing consumed, for anything else.
+func (d *decoder) value(depth int) (val string, ok bool) {
+	b, off := d.b, d.off
+	if depth+1 > MaxDepth || len(b)-off < 4 || binary.BigEndian.Uint32(b[off:]) != 1 {
+		return "", false
+	}
+	n := bytes.IndexByte(b[off+4:], 0)
+	end := off + 4 + n + 1
+	if n <= 0 || len(b)-end < 4 || binary.BigEndian.Uint32(b[end:]) != 0 {
+		return "", false
+	}
+	d.off = end + 4
+	return d.key(b[off+4 : end-1]), true
+}
+
 // tree decodes a tree; an empty one is nil.
 func (d *decoder) tree(depth int) (*Tree, error) {
 	if depth > MaxDepth {
@@ -222,11 +238,15 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 			}
 			key = d.key(kb)
 		}
-		sub, err := d.tree(depth + 1)
-		if err != nil {
-			return nil, err
+		if val, ok := d.value(depth + 1); ok {
+			t.entries = append(t.entries, entry{key: key, val: val})
+		} else {
+			sub, err := d.tree(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			t.entries = append(t.entries, entry{key: key, sub: unsafe.Pointer(sub)})
 		}
-		t.entries = append(t.entries, entry{key: key, sub: unsafe.Pointer(sub)})
 		if t.x != nil {
 			t.x.add(key, len(t.entries)-1)
 		}
@@ -241,7 +261,12 @@ func treeSize(t *Tree) int {
 	n := 4
 	for i := range t.Len() {
 		e := &t.entries[i]
-		n += len(e.key) + 1 + treeSize(e.peek())
+		n += len(e.key) + 1
+		if sub := e.peek(); sub != nil || e.val == "" {
+			n += treeSize(sub)
+		} else {
+			n += 4 + len(e.val) + 1 + 4
+		}
 	}
 	return n
 }
@@ -288,6 +313,15 @@ func appendTree(b []byte, t *Tree) ([]byte, bool) {
 		}
 		b = append(b, e.key...)
 		b = append(b, 0)
+		if sub == nil && e.val != "" {
+			if strings.IndexByte(e.val, 0) >= 0 {
+				exact = false
+			}
+			b = binary.BigEndian.AppendUint32(b, 1)
+			b = append(b, e.val...)
+			b = append(b, 0, 0, 0, 0, 0)
+			continue
+		}
 		var ok bool
 		b, ok = appendTree(b, sub)
 		exact = exact && ok

@@ -281,9 +281,17 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		// Whatever decodes must re-encode to a decodable, equal tree.
-		again, err := Decode(Encode(tree))
+		img := Encode(tree)
+		again, err := Decode(img)
 		if err != nil || !again.Equal(tree) {
 			t.Fatalf("re-encoding a decoded tree broke it: %v", err)
+		}
+		// Values and empty children are kept without trees until asked
+		// for: a copy whose every child was asked for is the same tree.
+		c := tree.Clone()
+		_ = c.Walk(func([]string, *Tree) error { return nil })
+		if !c.Equal(tree) || !tree.Equal(c) || !bytes.Equal(Encode(c), img) || Format(c, 0) != Format(tree, 0) {
+			t.Fatal("a tree whose children were all asked for differs from the decoded one")
 		}
 	})
 }

@@ -25,7 +25,15 @@ func printTree(w *bufio.Writer, t *Tree, indent int) {
 		}
 		w.WriteString(e.key)
 		w.WriteByte('\n')
-		printTree(w, e.peek(), indent+2)
+		if sub := e.peek(); sub != nil || e.val == "" {
+			printTree(w, sub, indent+2)
+			continue
+		}
+		for range indent + 2 {
+			w.WriteByte(' ')
+		}
+		w.WriteString(e.val)
+		w.WriteByte('\n')
 	}
 }
 

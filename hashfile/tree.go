@@ -44,25 +44,64 @@ type extra struct {
 	shared bool
 }
 
-// entry is a key and its child. An empty child is left nil until someone
-// asks for it as a tree (child), so that the values of a large file do not
-// each cost an empty tree; it is then made once, atomically, so that
-// concurrent readers see the same tree.
+// entry is a key and its child. Most children of a transfer file are
+// empty or a value (one key with an empty child), so these are kept
+// without a tree: sub nil and val "" is an empty child, sub nil and val
+// not "" the value val. The tree is made when someone asks for it (child),
+// once, atomically, so that concurrent readers see the same tree; from
+// then on sub is the child and val is ignored.
 type entry struct {
 	key string
+	val string
 	sub unsafe.Pointer // *Tree
 }
 
-// peek returns the child of e, nil if it is empty and was never asked for.
+// peek returns the child of e if it is a tree, nil if it is kept without.
 func (e *entry) peek() *Tree { return (*Tree)(atomic.LoadPointer(&e.sub)) }
 
-// child returns the child of e, making an empty tree for a nil one.
+// child returns the child of e, making its tree if it has none yet.
 func (e *entry) child() *Tree {
 	if p := atomic.LoadPointer(&e.sub); p != nil {
 		return (*Tree)(p)
 	}
-	atomic.CompareAndSwapPointer(&e.sub, nil, unsafe.Pointer(&Tree{}))
+	t := &Tree{}
+	if e.val != "" {
+		t.entries = []entry{{key: e.val}}
+	}
+	atomic.CompareAndSwapPointer(&e.sub, nil, unsafe.Pointer(t))
 	return (*Tree)(atomic.LoadPointer(&e.sub))
+}
+
+// first returns the number of keys of e's child and its first key.
+func (e *entry) first() (n int, key string) {
+	if sub := e.peek(); sub != nil {
+		if len(sub.entries) == 0 {
+			return 0, ""
+		}
+		return len(sub.entries), sub.entries[0].key
+	}
+	if e.val != "" {
+		return 1, e.val
+	}
+	return 0, ""
+}
+
+// sameChild reports whether a and b have equal children.
+func sameChild(a, b *entry) bool {
+	sa, sb := a.peek(), b.peek()
+	switch {
+	case sa == nil && sb == nil:
+		return a.val == b.val
+	case sa == nil:
+		sa, b = sb, a
+	case sb != nil:
+		return sa.Equal(sb)
+	}
+	// sa is a tree, b has none.
+	if b.val == "" {
+		return sa.Len() == 0
+	}
+	return sa.Len() == 1 && sa.entries[0].key == b.val && sameChild(&sa.entries[0], &entry{})
 }
 
 // isShared reports whether t was given to SetTree when it was not free.
@@ -163,15 +202,6 @@ func (t *Tree) Get(key string) *Tree {
 	return nil
 }
 
-// peek returns the child of key, nil if t has no such key or the child is
-// empty.
-func (t *Tree) peek(key string) *Tree {
-	if i := t.find(key); i >= 0 {
-		return t.entries[i].peek()
-	}
-	return nil
-}
-
 // Has reports whether t holds key at its top level.
 func (t *Tree) Has(key string) bool { return t.find(key) >= 0 }
 
@@ -221,7 +251,7 @@ func (t *Tree) SetTree(key string, sub *Tree) {
 // setTree is SetTree for a sub known to be the child of no other key.
 func (t *Tree) setTree(key string, sub *Tree) {
 	if i := t.find(key); i >= 0 {
-		t.entries[i].sub = unsafe.Pointer(sub)
+		t.entries[i].sub, t.entries[i].val = unsafe.Pointer(sub), ""
 		return
 	}
 	t.insert(key, sub)
@@ -277,17 +307,27 @@ func (t *Tree) Unset(key string) bool {
 // Value returns the value stored under key: the single key of key's child.
 // It reports false if key is missing or its child does not hold exactly one key.
 func (t *Tree) Value(key string) (string, bool) {
-	sub := t.peek(key)
-	if sub.Len() != 1 {
+	i := t.find(key)
+	if i < 0 {
 		return "", false
 	}
-	return sub.entries[0].key, true
+	n, v := t.entries[i].first()
+	return v, n == 1
 }
 
 // SetValue stores value under key, replacing whatever key held, in the way
 // KVTree's kvtree_util_set_* functions do.
 func (t *Tree) SetValue(key, value string) {
-	t.setTree(key, &Tree{entries: []entry{{key: value}}})
+	if value == "" {
+		t.setTree(key, &Tree{entries: []entry{{}}})
+		return
+	}
+	if i := t.find(key); i >= 0 {
+		t.entries[i] = entry{key: key, val: value}
+		return
+	}
+	t.insert(key, nil)
+	t.entries[len(t.entries)-1].val = value
 }
 
 // Uint returns the value under key parsed as an unsigned decimal byte count.
@@ -311,12 +351,11 @@ func (t *Tree) single(key string) (s string, ok bool, err error) {
 	if i < 0 {
 		return "", false, nil
 	}
-	sub := t.entries[i].peek()
-	switch {
-	case sub.Len() != 1:
-		return "", true, fmt.Errorf("%s: want one value, found %d", key, sub.Len())
+	n, v := t.entries[i].first()
+	if n != 1 {
+		return "", true, fmt.Errorf("%s: want one value, found %d", key, n)
 	}
-	return sub.entries[0].key, true, nil
+	return v, true, nil
 }
 
 // SetUint stores v under key as an unsigned decimal, as KVTree's
@@ -403,7 +442,10 @@ func (t *Tree) cloneEntries() []entry {
 	for i := range t.entries {
 		e := &t.entries[i]
 		entries[i].key = e.key
-		if sub := e.peek(); sub.Len() > 0 {
+		switch sub := e.peek(); {
+		case sub == nil:
+			entries[i].val = e.val
+		case sub.Len() > 0:
 			c := &Tree{entries: sub.cloneEntries()}
 			c.reindex()
 			entries[i].sub = unsafe.Pointer(c)
@@ -420,7 +462,7 @@ func (t *Tree) Equal(u *Tree) bool {
 	}
 	for i := range t.Len() {
 		a, b := &t.entries[i], &u.entries[i]
-		if a.key != b.key || !a.peek().Equal(b.peek()) {
+		if a.key != b.key || !sameChild(a, b) {
 			return false
 		}
 	}
