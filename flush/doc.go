@@ -13,7 +13,8 @@
 //     of wall-clock time the daemon spends working: every moment of a copy
 //     that is not a throttle pause (reading, writing, fsyncing, verifying,
 //     committing progress) is working time, and pauses keep it to PERCENT
-//     of the time, as a duty cycle of a few milliseconds. A pause never
+//     of the time, as a duty cycle of about 8 ms of work and the pause it
+//     owes (at least 5 ms). A pause never
 //     stands between fsynced bytes and their commit;
 //   - sparse: holes in the source are not written, only recreated.
 //

@@ -25,9 +25,15 @@ const (
 	// maxBurst keeps the bucket size within int range on any platform.
 	maxBurst = 1 << 30
 	// minPause is the shortest PERCENT pause: idle time owed is paid once it
-	// reaches this much, so the duty cycle's period is a few times minPause
-	// and a pause is long enough for its timer's lateness not to matter.
+	// reaches this much (or pauseFor's more at a low PERCENT), so a pause
+	// is long enough for its timer's lateness not to matter.
 	minPause = 5 * time.Millisecond
+	// burstWork is the working time between two pauses that pauseFor aims
+	// at: short enough that any 1 s window holds within a point of PERCENT
+	// whatever its alignment, long enough that at a low PERCENT the daemon
+	// does not wake every few milliseconds (each wake-up costs the runtime
+	// CPU time of its own, which a finer cycle would add to the share).
+	burstWork = 8 * time.Millisecond
 	// maxCredit is the most idle time the duty cycle banks: a timer that
 	// fires late is credited to the next pause, while a long idle spell buys
 	// no burst of work.
@@ -61,9 +67,10 @@ type Throttle struct {
 	pct     float64       // fraction of wall time (0..1); 0 = unlimited
 	changed chan struct{} // closed (and replaced) when a setting changes
 
-	copies  int       // Works begun and not ended
-	working int       // of those, the ones not paused
-	last    time.Time // when debt was last brought up to date
+	burst   time.Duration // burstWork; tests of pausing shorten it
+	copies  int           // Works begun and not ended
+	working int           // of those, the ones not paused
+	last    time.Time     // when debt was last brought up to date
 	debt    time.Duration
 	// held is the bucket's level when the last copy ended; the bucket does
 	// not fill while no copy is under way.
@@ -94,6 +101,7 @@ func newThrottleAt(now time.Time) *Throttle {
 		lim:     rate.NewLimiter(rate.Limit(minChunk), 0),
 		changed: make(chan struct{}),
 		last:    now,
+		burst:   burstWork,
 	}
 }
 
@@ -244,10 +252,18 @@ func (t *Throttle) pauseAt(now time.Time) (time.Duration, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advanceLocked(now)
-	if t.pct == 0 || t.debt < minPause {
+	if t.pct == 0 || t.debt < t.pauseFor(t.pct) {
 		return 0, t.changed
 	}
 	return t.debt, t.changed
+}
+
+// pauseFor is the idle time owed at which a copy pauses, at PERCENT p (a
+// fraction): the debt t.burst (burstWork) of working time runs up, and at least
+// minPause. At 5 % a copy works about 8 ms and pauses 152 ms; at 50 % 8 ms
+// and 8 ms; from about 60 % up, minPause sets the period.
+func (t *Throttle) pauseFor(p float64) time.Duration {
+	return max(minPause, time.Duration(float64(t.burst)*(1-p)/p))
 }
 
 // reserveAt reserves up to n bytes under the bandwidth limit. It returns the

@@ -129,9 +129,9 @@ func (b *bench) dutyCycle() error {
 	}
 	defer os.Remove(src)
 	fmt.Printf("## PERCENT: share of wall time working (%d MiB flush, no BW limit)\n\n", size>>20)
-	fmt.Println("Working = on a CPU (user+system time of the daemon, from the kernel) or waiting for I/O (some thread in state D in /proc/PID/task/*/stat, sampled every 2 ms), from RUN to DONE. R|D sampled also counts time runnable but waiting for a CPU, which a loaded machine adds.")
+	fmt.Println("Working = some thread of the daemon running, runnable or waiting for I/O (state R or D in /proc/PID/task/*/stat, sampled every 2 ms), from RUN to DONE: the union over threads, as a share of wall time. CPU share is the daemon's user+system time from the kernel; I/O wait share the samples with a thread in D; their sum counts twice the moments when one thread computes while another waits for the disk, and leaves out time runnable but waiting for a CPU, which a loaded machine adds.")
 	fmt.Println()
-	fmt.Println("| PERCENT | wall s | working share (CPU + I/O wait) | working − PERCENT | CPU share | I/O wait share | R\\|D sampled | MB/s |")
+	fmt.Println("| PERCENT | wall s | working share (R\\|D sampled) | working − PERCENT | CPU share | I/O wait share | CPU + I/O wait | MB/s |")
 	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range []float64{5, 20, 50} {
 		if err := warm(src); err != nil {
@@ -154,8 +154,9 @@ func (b *bench) dutyCycle() error {
 			return err
 		}
 		cpu, io := 100*(c1-c0).Seconds()/d.Seconds(), 100*s.share(s.ioWait)
-		fmt.Printf("| %.0f | %.2f | %.1f %% | %+.1f | %.1f %% | %.1f %% | %.1f %% | %.0f |\n", p, d.Seconds(), cpu+io, cpu+io-p,
-			cpu, io, 100*s.share(s.busy), mbps(size, d))
+		busy := 100 * s.share(s.busy)
+		fmt.Printf("| %.0f | %.2f | %.1f %% | %+.1f | %.1f %% | %.1f %% | %.1f %% | %.0f |\n", p, d.Seconds(), busy, busy-p,
+			cpu, io, cpu+io, mbps(size, d))
 		os.Remove(filepath.Join(b.pfs, "pct.bin"))
 	}
 	fmt.Println()
