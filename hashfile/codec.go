@@ -328,3 +328,150 @@ func appendTree(b []byte, t *Tree) ([]byte, bool) {
 	}
 	return b, exact
 }
+
+// matchImage reports whether b is exactly the image of t whose CRC is crc
+// (as appendImage made it), without decoding b: the walk compares the
+// bytes of b with the tree's as they would be written.
+func matchImage(b []byte, t *Tree, crc uint32) bool {
+	if len(b) < HeaderSize+crcSize ||
+		binary.BigEndian.Uint32(b) != Magic ||
+		binary.BigEndian.Uint16(b[4:]) != FileType ||
+		binary.BigEndian.Uint16(b[6:]) != Version ||
+		binary.BigEndian.Uint64(b[8:]) != uint64(len(b)) ||
+		binary.BigEndian.Uint32(b[16:]) != FlagCRC ||
+		binary.BigEndian.Uint32(b[len(b)-crcSize:]) != crc {
+		return false
+	}
+	body := b[:len(b)-crcSize]
+	off, ok := matchTree(body, HeaderSize, t)
+	return ok && off == len(body)
+}
+
+func matchTree(b []byte, off int, t *Tree) (int, bool) {
+	if len(b)-off < 4 || binary.BigEndian.Uint32(b[off:]) != uint32(t.Len()) {
+		return 0, false
+	}
+	off += 4
+	for i := range t.Len() {
+		e := &t.entries[i]
+		end := off + len(e.key)
+		if end >= len(b) || string(b[off:end]) != e.key || b[end] != 0 {
+			return 0, false
+		}
+		off = end + 1
+		if sub := e.peek(); sub == nil && e.val != "" {
+			end = off + 4 + len(e.val)
+			if end+5 > len(b) || binary.BigEndian.Uint32(b[off:]) != 1 || string(b[off+4:end]) != e.val ||
+				b[end] != 0 || binary.BigEndian.Uint32(b[end+1:]) != 0 {
+				return 0, false
+			}
+			off = end + 5
+			continue
+		} else {
+			var ok bool
+			if off, ok = matchTree(b, off, sub); !ok {
+				return 0, false
+			}
+		}
+	}
+	return off, true
+}
+
+// overwriter encodes an image over an older one held in the same buffer,
+// noting where the two first differ: a rewrite of the file, which holds the
+// older image, need only start there.
+type overwriter struct {
+	b    []byte // the new image so far; from len(b) to old, the old image
+	old  int    // the length of the old image
+	from int    // where the images first differ; -1 while they agree
+}
+
+func (w *overwriter) put(p string) {
+	pos := len(w.b)
+	if w.from < 0 {
+		n := min(len(p), max(w.old-pos, 0))
+		o := w.b[pos : pos+n]
+		if string(o) == p[:n] {
+			if n == len(p) {
+				w.b = w.b[:pos+n] // the same bytes are there already
+				return
+			}
+			w.from = pos + n
+		} else {
+			i := 0
+			for o[i] == p[i] {
+				i++
+			}
+			w.from = pos + i
+		}
+	}
+	w.b = append(w.b, p...)
+}
+
+func (w *overwriter) putUint32(v uint32) {
+	var a [4]byte
+	binary.BigEndian.PutUint32(a[:], v)
+	w.put(string(a[:]))
+}
+
+// overwriteImage encodes the image of t into buf, which holds an older
+// image, and returns it, where it first differs from the older one (its
+// length if they are the same), and whether decoding it gives back t
+// itself (see appendImage).
+func overwriteImage(buf []byte, t *Tree) (img []byte, from int, exact bool) {
+	if t == nil {
+		t = New()
+	}
+	w := overwriter{b: buf[:0], old: len(buf), from: -1}
+	var h [HeaderSize]byte
+	binary.BigEndian.PutUint32(h[0:], Magic)
+	binary.BigEndian.PutUint16(h[4:], FileType)
+	binary.BigEndian.PutUint16(h[6:], Version)
+	if len(buf) >= 16 {
+		copy(h[8:16], buf[8:16]) // the size, known at the end
+	}
+	binary.BigEndian.PutUint32(h[16:], FlagCRC)
+	w.put(string(h[:]))
+	exact = w.tree(t) && !t.isShared()
+	var size [8]byte
+	binary.BigEndian.PutUint64(size[:], uint64(len(w.b)+crcSize))
+	for i := range size {
+		if w.b[8+i] != size[i] {
+			if w.from < 0 || w.from > 8+i {
+				w.from = 8 + i
+			}
+			break
+		}
+	}
+	copy(w.b[8:], size[:])
+	w.putUint32(crc32.ChecksumIEEE(w.b))
+	if w.from < 0 {
+		w.from = len(w.b) // a prefix of the older image, or all of it
+	}
+	return w.b, w.from, exact
+}
+
+func (w *overwriter) tree(t *Tree) bool {
+	w.putUint32(uint32(t.Len()))
+	exact := true
+	for i := range t.Len() {
+		e := &t.entries[i]
+		sub := e.peek()
+		if strings.IndexByte(e.key, 0) >= 0 || sub.isShared() {
+			exact = false
+		}
+		w.put(e.key)
+		w.put("\x00")
+		if sub == nil && e.val != "" {
+			if strings.IndexByte(e.val, 0) >= 0 {
+				exact = false
+			}
+			w.put("\x00\x00\x00\x01")
+			w.put(e.val)
+			w.put("\x00\x00\x00\x00\x00")
+			continue
+		}
+		exact = w.tree(sub) && exact
+	}
+	return exact
+}

@@ -1,8 +1,8 @@
 package hashfile
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -64,15 +64,15 @@ type Store struct {
 
 	sem chan struct{} // one caller at a time; a channel so that waiting for it is cancellable
 
-	// The image this Store last read or wrote, valid while haveImg, and,
-	// when tree is not nil, the tree it decodes to: UpdateContext reuses
-	// it when the file still holds exactly img. spare is a second buffer
-	// for reading and encoding, swapped with img instead of copied.
-	// Decoded trees never alias either buffer.
-	img     []byte
-	haveImg bool
-	tree    *Tree
-	spare   []byte
+	// The tree of the image this Store last read or wrote, with that
+	// image's CRC, kept while it is certain to be what the image decodes
+	// to: an update of a file that still holds exactly that image (every
+	// byte compared with the tree's) starts from it instead of decoding
+	// the file again. buf holds the file as read, then the new image
+	// encoded over it; no tree aliases it.
+	tree *Tree
+	crc  uint32
+	buf  []byte
 
 	guard     func(*unix.Stat_t) error
 	onWait    func(since time.Time)
@@ -276,39 +276,34 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
-	s.spare, err = readAll(f, s.spare)
+	s.buf, err = readAll(f, s.buf)
 	f.Close() // releases the lock before decoding
 	if err != nil {
-		s.forget()
+		s.tree = nil
 		return nil, fmt.Errorf("%s: read: %w", s.path, err)
 	}
-	if s.cached(s.spare) {
-		return s.tree.Clone(), nil
+	if !s.cached() {
+		t, err := Decode(s.buf)
+		if err != nil {
+			s.tree = nil
+			return nil, fmt.Errorf("%s: %w", s.path, err)
+		}
+		s.keep(t)
 	}
-	s.forget()
-	t, err := Decode(s.spare)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.path, err)
-	}
-	s.keep(nil)
-	return t, nil
+	return s.tree.Clone(), nil
 }
 
-// cached reports whether img is the image the cached tree was decoded from.
-func (s *Store) cached(img []byte) bool {
-	return s.tree != nil && s.haveImg && bytes.Equal(img, s.img)
+// cached reports whether buf holds exactly the image of the kept tree.
+func (s *Store) cached() bool {
+	return s.tree != nil && matchImage(s.buf, s.tree, s.crc)
 }
 
-// forget drops the cached image and tree: the file may hold anything.
-func (s *Store) forget() {
-	s.haveImg, s.tree = false, nil
-}
-
-// keep makes spare, just read or written, the cached image, with t (nil
-// for none) the tree it decodes to; the old image's buffer becomes spare.
+// keep makes t, nil for none, the tree of the image in buf.
 func (s *Store) keep(t *Tree) {
-	s.img, s.spare = s.spare, s.img
-	s.haveImg, s.tree = true, t
+	s.tree = t
+	if len(s.buf) >= HeaderSize+crcSize {
+		s.crc = binary.BigEndian.Uint32(s.buf[len(s.buf)-crcSize:])
+	}
 }
 
 // Unchanged reports whether the file holds exactly the image this Store
@@ -320,7 +315,7 @@ func (s *Store) keep(t *Tree) {
 func (s *Store) Unchanged() bool {
 	s.sem <- struct{}{}
 	defer s.release()
-	if !s.haveImg {
+	if s.tree == nil {
 		return false
 	}
 	// Through the Store's own open and under its semaphore: closing any
@@ -331,26 +326,10 @@ func (s *Store) Unchanged() bool {
 		return false
 	}
 	defer f.Close()
-	return sameContent(f, s.img)
-}
-
-// sameContent reports whether r holds exactly want, reading it in chunks
-// so that no buffer of the file's size is needed.
-func sameContent(r io.Reader, want []byte) bool {
-	var buf [64 << 10]byte
-	for {
-		n, err := io.ReadFull(r, buf[:])
-		if n > len(want) || !bytes.Equal(buf[:n], want[:n]) {
-			return false
-		}
-		want = want[n:]
-		switch {
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-			return len(want) == 0
-		case err != nil:
-			return false
-		}
+	if s.buf, err = readAll(f, s.buf); err != nil {
+		return false
 	}
+	return s.cached()
 }
 
 // Update applies fn to the file's tree under an exclusive lock and writes
@@ -388,41 +367,37 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	if err := s.lock(ctx, f, true); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", s.path, err)
 	}
-	s.spare, err = readAll(f, s.spare)
+	s.buf, err = readAll(f, s.buf)
 	if err != nil {
-		s.forget()
+		s.tree = nil
 		return nil, false, fmt.Errorf("%s: read: %w", s.path, err)
 	}
-	if s.cached(s.spare) {
+	if s.cached() {
 		t = s.tree
-	} else {
-		s.forget()
-		if t, err = Decode(s.spare); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", s.path, err)
-		}
-		s.keep(nil)
+	} else if t, err = Decode(s.buf); err != nil {
+		s.tree = nil
+		return nil, false, fmt.Errorf("%s: %w", s.path, err)
 	}
-	// From here spare is free: img holds the bytes just read. fn may
-	// change t, so the tree is cached again only once it matches the file.
+	// fn may change t: it is kept again only once it matches the file.
 	s.tree = nil
 	if err := fn(t); err != nil {
 		return nil, false, err
 	}
-	if want := len(s.img) + len(s.img)/8; cap(s.spare) < want {
-		s.spare = make([]byte, 0, want) // room to grow without copies
+	old := len(s.buf)
+	if want := old + old/8; cap(s.buf) < want {
+		s.buf = append(make([]byte, 0, want), s.buf...) // room to grow
 	}
-	var exact bool
-	s.spare, exact = appendImage(s.spare[:0], t)
+	img, from, exact := overwriteImage(s.buf, t)
+	s.buf = img
 	keep := t
 	if !exact {
 		keep = nil // the image does not decode to this very tree
 	}
-	if bytes.Equal(s.spare, s.img) {
-		s.tree = keep
+	if from == len(img) && len(img) == old {
+		s.keep(keep)
 		return t, false, nil
 	}
-	if err := rewrite(f, s.spare, s.img, s.locking == Fcntl); err != nil {
-		s.forget()
+	if err := rewrite(f, img, from, old, s.locking == Fcntl); err != nil {
 		return nil, false, &WriteError{Path: s.path, Err: err}
 	}
 	s.remember(f)
@@ -442,12 +417,14 @@ type WriteError struct {
 func (e *WriteError) Error() string { return e.Path + ": rewrite: " + e.Err.Error() }
 func (e *WriteError) Unwrap() error { return e.Err }
 
-// rewrite replaces the file's image old (read under the lock just taken)
-// with img in place, writing only from the first byte that differs on: a
-// commit that changes one WRITTEN of a large file does not write and sync
-// the part before it. KVTree
-// rewrites in place under its lock (the lock lives on the open file, so a
-// rename would break it), and an in-place rewrite that runs out of room
+// rewrite replaces the file's image of old bytes (read under the lock just
+// taken) with img in place, writing only from from, where the two first
+// differ: a commit that changes one WRITTEN of a large file does not write
+// and sync the part before it. The rest is written in one call, so that a
+// process killed while writing a small image leaves either image whole.
+//
+// KVTree rewrites in place under its lock (the lock lives on the open
+// file, so a rename would break it), and an in-place rewrite that runs out of room
 // half-way leaves a torn file neither side can decode. So the room for a
 // longer image is secured first, while the old image is still whole:
 // RLIMIT_FSIZE is checked, then the blocks beyond the old end are
@@ -459,13 +436,13 @@ func (e *WriteError) Unwrap() error { return e.Err }
 // With unlockFirst the file lock is released before the fsync: readers
 // see the whole new image either way, and the lock is held only while the
 // image changes.
-func rewrite(f *os.File, img, old []byte, unlockFirst bool) error {
-	if len(img) > len(old) {
-		if err := reserve(f, img, len(old)); err != nil {
+func rewrite(f *os.File, img []byte, from, old int, unlockFirst bool) error {
+	if len(img) > old {
+		if err := reserve(f, img, old); err != nil {
 			return err
 		}
 	}
-	if from := changed(img, old); from < len(img) {
+	if from < len(img) {
 		if _, err := f.WriteAt(img[from:], int64(from)); err != nil {
 			return err
 		}
@@ -480,25 +457,6 @@ func rewrite(f *os.File, img, old []byte, unlockFirst bool) error {
 	}
 	return f.Sync()
 }
-
-// changed returns the offset from which img differs from old: the bytes
-// before it need not be written. The rest is written in one call, so that
-// a process killed while writing a small image leaves either image whole.
-func changed(img, old []byte) int {
-	n := min(len(img), len(old))
-	i := 0
-	for i+diffChunk <= n && bytes.Equal(img[i:i+diffChunk], old[i:i+diffChunk]) {
-		i += diffChunk
-	}
-	for i < n && img[i] == old[i] {
-		i++
-	}
-	return i
-}
-
-// diffChunk is the stride in which changed compares before looking at
-// single bytes.
-const diffChunk = 4096
 
 // reserve secures the room for img beyond the old image's end.
 func reserve(f *os.File, img []byte, old int) error {
