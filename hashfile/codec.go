@@ -227,7 +227,7 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 		var key string
 		if t.x != nil {
 			key = d.key(kb)
-			if t.x.lookup(t.entries, key) >= 0 {
+			if !t.x.addNew(t.entries, key, len(t.entries)) {
 				return nil, errAt(keyOff, "duplicate key %q", key)
 			}
 		} else {
@@ -246,9 +246,6 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 				return nil, err
 			}
 			t.entries = append(t.entries, entry{key: key, sub: unsafe.Pointer(sub)})
-		}
-		if t.x != nil {
-			t.x.add(key, len(t.entries)-1)
 		}
 	}
 	return t, nil

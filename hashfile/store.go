@@ -283,9 +283,9 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 		return nil, fmt.Errorf("%s: read: %w", s.path, err)
 	}
 	if !s.cached() {
+		s.tree = nil // free before the new tree is made
 		t, err := Decode(s.buf)
 		if err != nil {
-			s.tree = nil
 			return nil, fmt.Errorf("%s: %w", s.path, err)
 		}
 		s.keep(t)
@@ -374,9 +374,11 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	}
 	if s.cached() {
 		t = s.tree
-	} else if t, err = Decode(s.buf); err != nil {
-		s.tree = nil
-		return nil, false, fmt.Errorf("%s: %w", s.path, err)
+	} else {
+		s.tree = nil // free before the new tree is made
+		if t, err = Decode(s.buf); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", s.path, err)
+		}
 	}
 	// fn may change t: it is kept again only once it matches the file.
 	s.tree = nil
@@ -384,7 +386,7 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		return nil, false, err
 	}
 	old := len(s.buf)
-	if want := old + old/8; cap(s.buf) < want {
+	if want := old + old/32; cap(s.buf) < want {
 		s.buf = append(make([]byte, 0, want), s.buf...) // room to grow
 	}
 	img, from, exact := overwriteImage(s.buf, t)
@@ -496,7 +498,7 @@ func readAll(f *os.File, buf []byte) ([]byte, error) {
 	}
 	b := buf[:0]
 	if need := int(fi.Size()) + 1; cap(b) < need {
-		b = make([]byte, 0, need+need/8) // room for the file to grow
+		b = make([]byte, 0, need+need/32) // room for the file to grow
 	}
 	for {
 		n, err := f.ReadAt(b[len(b):cap(b)], int64(len(b)))

@@ -175,6 +175,22 @@ func (x *extra) lookup(entries []entry, key string) int {
 	}
 }
 
+// addNew records that entries[pos] will hold key, unless an entry before
+// it holds key already; the table must have room.
+func (x *extra) addNew(entries []entry, key string, pos int) bool {
+	mask := uint64(len(x.slots) - 1)
+	for i := maphash.String(x.seed, key) & mask; ; i = (i + 1) & mask {
+		p := x.slots[i]
+		if p == 0 {
+			x.slots[i] = int32(pos + 1)
+			return true
+		}
+		if entries[p-1].key == key {
+			return false
+		}
+	}
+}
+
 // add records that entries[pos] holds key; the table must have room.
 func (x *extra) add(key string, pos int) {
 	mask := uint64(len(x.slots) - 1)
