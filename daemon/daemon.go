@@ -62,6 +62,7 @@ type daemon struct {
 	limits       *limits        // BW and PERCENT last applied, nil before the first
 	throttled    uint64         // throttle pauses already logged
 	batchFiles   int            // the most files a batch takes (batchFiles)
+	others       uint64         // store.Others() when the loop last read the file
 	flushStarted time.Time      // the flush under way began, zero when none
 	flushCopied  int64          // copied when it began
 }
@@ -243,6 +244,9 @@ func (d *daemon) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return d.shutdown()
 		case <-changed:
+			if d.ownChange() {
+				continue
+			}
 			d.sync(false)
 		case <-reread.C:
 			d.sync(false)
@@ -319,9 +323,23 @@ func (d *daemon) readView(t *hashfile.Tree) transfer.View {
 	return v
 }
 
+// ownChange tells, on a notification that the transfer file changed,
+// whether it holds nothing this loop has yet to see: it holds the image
+// this process last wrote or read, and no read or update of this process
+// found a version written by someone else since the loop's last look (a
+// commit of the copy may read a change of the library's and write it back
+// with its own). The daemon's own updates then cost no read of a file of
+// thousands of entries. The periodic re-read stays as it is.
+func (d *daemon) ownChange() bool {
+	return d.fileErr == "" && d.store.Others() == d.others && d.store.Unchanged()
+}
+
 // sync reads the transfer file under its lock, decides the state, records
 // what must be recorded, and then starts or stops the copy to match.
 func (d *daemon) sync(first bool) {
+	// Before the read: a version someone else wrote that an update of the
+	// copy reads from here on makes the next notification count.
+	d.others = d.store.Others()
 	if !d.cfg.Insecure {
 		if err := checkControlDir(filepath.Dir(d.cfg.TransferFile), d.cfg.StrictModes); err != nil {
 			d.fileError(err)
@@ -375,8 +393,21 @@ func (d *daemon) sync(first bool) {
 		return nil
 	})
 	if err != nil {
-		if d.ctx.Err() == nil {
-			d.fileError(err)
+		if d.ctx.Err() != nil {
+			return
+		}
+		d.fileError(err)
+		if errors.As(err, new(*hashfile.WriteError)) && want == transfer.Running && !done && !first {
+			// Read whole, but no room to rewrite it (a full file system,
+			// RLIMIT_FSIZE): the copy still goes on as the file asks; its
+			// commits wait, their partial copies kept, until the file can
+			// be rewritten. Nothing of this pass is taken as recorded: the
+			// next one writes the state and the flush record again.
+			d.applyLimits(v)
+			d.state = transfer.Running
+			d.view = v
+			d.schedule(v, want, unwanted)
+			d.report()
 		}
 		return
 	}

@@ -579,3 +579,46 @@ func TestRewriteWritesOnlyChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestOthersCountsForeignVersions: a change someone else made moves
+// Others, even when it reaches the Store through an Update of its own that
+// writes it back, after which the file holds the Store's image again and
+// Unchanged alone would call it the Store's own. A watcher that skipped
+// such a notification would miss the other writer's change.
+func TestOthersCountsForeignVersions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	ours, theirs := NewStore(path, Flock), NewStore(path, Flock)
+	step := func(s *Store, key, value string) {
+		t.Helper()
+		if _, _, err := s.Update(func(tr *Tree) error { tr.SetValue(key, value); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(ours, "STATE", "RUNNING")
+	seen := ours.Others()
+	if !ours.Unchanged() {
+		t.Fatal("Unchanged is false right after the Store's own write")
+	}
+	step(ours, "BW", "1")
+	if ours.Others() != seen || !ours.Unchanged() {
+		t.Fatalf("the Store's own update moved Others (%d → %d) or left Unchanged false", seen, ours.Others())
+	}
+	step(theirs, "COMMAND", "STOP") // the library
+	if ours.Unchanged() {
+		t.Fatal("Unchanged is true after another writer's change")
+	}
+	step(ours, "WRITTEN", "5") // a commit reads the library's change and writes it back
+	if !ours.Unchanged() {
+		t.Fatal("Unchanged is false after the Store's own write")
+	}
+	if ours.Others() == seen {
+		t.Fatal("Others did not move although the Store's last update read another writer's change")
+	}
+	seen = ours.Others()
+	if _, err := ours.Read(); err != nil {
+		t.Fatal(err)
+	}
+	if ours.Others() != seen {
+		t.Fatal("a read of the Store's own image moved Others")
+	}
+}

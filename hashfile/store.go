@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -73,6 +74,9 @@ type Store struct {
 	tree *Tree
 	crc  uint32
 	buf  []byte
+	// others counts the reads that found the file holding an image other
+	// than the kept one: versions written by someone else (see Others).
+	others atomic.Uint64
 
 	guard     func(*unix.Stat_t) error
 	onWait    func(since time.Time)
@@ -283,6 +287,7 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 		return nil, fmt.Errorf("%s: read: %w", s.path, err)
 	}
 	if !s.cached() {
+		s.others.Add(1)
 		s.tree = nil // free before the new tree is made
 		t, err := Decode(s.buf)
 		if err != nil {
@@ -332,6 +337,16 @@ func (s *Store) Unchanged() bool {
 	return s.cached()
 }
 
+// Others returns how many times a Read or an Update of this Store found
+// the file holding another image than the one the Store last read or
+// wrote (the first read counts too): each is a version someone else wrote,
+// which the caller of that Read or Update received. A process watching
+// the file tells a change of its own from one it has yet to look at:
+// when Unchanged holds and Others has not moved since its last look, every
+// version of the file since then was its own, even when one of its
+// updates read (and kept) a change made by someone else.
+func (s *Store) Others() uint64 { return s.others.Load() }
+
 // Update applies fn to the file's tree under an exclusive lock and writes
 // the result back in place (seek 0, write, ftruncate, fsync), creating the
 // file if needed with a mode derived from the umask. If fn returns an error,
@@ -375,6 +390,7 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	if s.cached() {
 		t = s.tree
 	} else {
+		s.others.Add(1)
 		s.tree = nil // free before the new tree is made
 		if t, err = Decode(s.buf); err != nil {
 			return nil, false, fmt.Errorf("%s: %w", s.path, err)
