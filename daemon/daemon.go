@@ -63,6 +63,8 @@ type daemon struct {
 	throttled    uint64         // throttle pauses already logged
 	batchFiles   int            // the most files a batch takes (batchFiles)
 	others       uint64         // store.Others() when the loop last read the file
+	refused      []error        // why each entry of view is refused (readView), nil where it is not
+	memSize      int            // transfer file size the memory limit was set for (memory.go)
 	flushStarted time.Time      // the flush under way began, zero when none
 	flushCopied  int64          // copied when it began
 }
@@ -311,16 +313,47 @@ func (d *daemon) shutdown() error {
 }
 
 // readView reads the transfer file's view, with the entries the daemon
-// refuses marked with their Problem.
+// refuses marked with their Problem. What the daemon refuses depends on
+// the entries' sources and destinations only (and the configuration), so
+// while those stand as in the last view it is not worked out again: the
+// daemon's own updates change WRITTEN, CRC, ERROR and the like, never
+// them, and at 100,000 entries working it out costs maps of every path.
 func (d *daemon) readView(t *hashfile.Tree) transfer.View {
 	v := transfer.Read(t)
+	if len(d.refused) != len(v.Files) || !sameEntries(d.view.Files, v.Files) {
+		d.refused = d.refusals(v.Files)
+	}
 	for i := range v.Files {
 		if v.Files[i].Problem == nil {
-			v.Files[i].Problem = d.confine(v.Files[i])
+			v.Files[i].Problem = d.refused[i]
 		}
 	}
-	refuseConflicts(v.Files)
 	return v
+}
+
+// refusals returns, for each entry, why the daemon refuses it (confine,
+// refuseConflicts), nil if it does not.
+func (d *daemon) refusals(files []transfer.File) []error {
+	out := make([]error, len(files))
+	for i := range files {
+		out[i] = d.confine(files[i])
+	}
+	refuseConflicts(files, out)
+	return out
+}
+
+// sameEntries reports whether two views list the same entries, in the same
+// order, with the same DESTINATION and SIZE.
+func sameEntries(a, b []transfer.File) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Src != b[i].Src || a[i].Dest != b[i].Dest || a[i].Size != b[i].Size {
+			return false
+		}
+	}
+	return true
 }
 
 // ownChange tells, on a notification that the transfer file changed,
@@ -425,6 +458,7 @@ func (d *daemon) sync(first bool) {
 			zap.String("transfer_file", d.cfg.TransferFile))
 	}
 	d.applyLimits(v)
+	d.boundMemory()
 	if next != d.state {
 		d.log.Info("state", zap.String("from", string(d.state)), zap.String("to", string(next)),
 			zap.String("command", string(v.Command)))

@@ -20,8 +20,9 @@ import (
 //   - a DESTINATION that is a FILES source (its own or another entry's):
 //     the copy would overwrite a source, perhaps before it is copied.
 //
-// An entry that already has a Problem keeps it. Paths are compared cleaned.
-func refuseConflicts(files []transfer.File) {
+// The reason is set in problems, at the entry's index, unless one is there
+// already. Paths are compared cleaned.
+func refuseConflicts(files []transfer.File, problems []error) {
 	dests := make(map[string][]int, len(files))
 	srcs := make(map[string]string, len(files))
 	for i, f := range files {
@@ -32,8 +33,8 @@ func refuseConflicts(files []transfer.File) {
 		srcs[filepath.Clean(f.Src)] = f.Src
 	}
 	refuse := func(i int, err error) {
-		if files[i].Problem == nil {
-			files[i].Problem = err
+		if problems[i] == nil {
+			problems[i] = err
 		}
 	}
 	for i, f := range files {

@@ -23,7 +23,7 @@ import (
 // noteStale records the partial copies of the entries of old that now are
 // gone or name another DESTINATION or SIZE.
 func (d *daemon) noteStale(old, now transfer.View) {
-	if len(old.Files) == 0 {
+	if len(old.Files) == 0 || sameEntries(old.Files, now.Files) {
 		return
 	}
 	cur := make(map[string]transfer.File, len(now.Files))
