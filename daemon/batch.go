@@ -15,13 +15,14 @@ import (
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// Small files are flushed in batches: the worker copies several, each
-// fsynced and published under its name, fsyncs each destination directory
-// once (flush.Batch) and records them all in one locked update of the
-// transfer file (WRITTEN = SIZE, CRC, no ERROR, WARNING). The transfer file
-// is then read, decoded, encoded and rewritten once per batch instead of
-// once per file, which is what made the cost of a file grow with the number
-// of entries. Nothing is recorded before it is durable.
+// Small files are flushed in batches: the worker copies and checks
+// several, flush.Batch makes their data durable at once (one syncfs per
+// local file system, else an fsync per file), publishes each under its name
+// and makes the names durable, and the worker records them all in one
+// locked update of the transfer file (WRITTEN = SIZE, CRC, no ERROR,
+// WARNING). The transfer file is then read and rewritten once per batch
+// instead of once per file, which is what made the cost of a file grow with
+// the number of entries. Nothing is recorded before it is durable.
 const (
 	// maxBatchFiles bounds the files of one batch, further bounded by the
 	// descriptors the process may open (batchFiles): a held copy keeps

@@ -69,8 +69,7 @@ type Config struct {
 	Verify Verify
 	// Streams is how many small files of a batch are copied at once
 	// (default DefaultStreams). They share the throttle, so BW and PERCENT
-	// hold for the daemon as a whole; overlapping their fsyncs is what
-	// pays on a journalling file system.
+	// hold for the daemon as a whole.
 	Streams int
 
 	// RetryMin and RetryMax bound the back-off between attempts on a file

@@ -16,7 +16,11 @@
 //     of the time, as a duty cycle of about 8 ms of work and the pause it
 //     owes (at least 5 ms). A pause never
 //     stands between fsynced bytes and their commit;
-//   - sparse: holes in the source are not written, only recreated.
+//   - sparse: holes in the source are not written, only recreated;
+//   - batched: small files copied into a Batch are made durable together
+//     (one syncfs per local file system where it reports write-back
+//     errors, an fsync per file elsewhere), then published, then recorded
+//     by the caller in one update.
 //
 // The package is Linux only: it relies on SEEK_DATA/SEEK_HOLE,
 // sync_file_range, posix_fadvise and O_NOFOLLOW.
