@@ -281,6 +281,7 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
 	s.buf, err = readAll(f, s.buf)
+	s.buf = declared(s.buf)
 	f.Close() // releases the lock before decoding
 	if err != nil {
 		s.tree = nil
@@ -334,6 +335,7 @@ func (s *Store) Unchanged() bool {
 	if s.buf, err = readAll(f, s.buf); err != nil {
 		return false
 	}
+	s.buf = declared(s.buf)
 	return s.cached()
 }
 
@@ -383,6 +385,7 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		return nil, false, fmt.Errorf("%s: %w", s.path, err)
 	}
 	s.buf, err = readAll(f, s.buf)
+	s.buf = declared(s.buf)
 	if err != nil {
 		s.tree = nil
 		return nil, false, fmt.Errorf("%s: read: %w", s.path, err)
@@ -421,6 +424,24 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	s.remember(f)
 	s.keep(keep)
 	return t, true, nil
+}
+
+// declared returns the image a file's header declares, when the file is
+// longer: what a rewrite leaves when its writer is killed between writing
+// a shorter image and cutting the file to it (step 5 of the protocol,
+// write then ftruncate, cannot be one step). The image itself is whole
+// and is decoded (and its CRC checked) as any other; KVTree's reader also
+// reads the size the header gives. The next rewrite cuts the stale tail
+// off. Anything that does not declare a size within the file is returned
+// as it is, for Decode to judge.
+func declared(b []byte) []byte {
+	if len(b) < HeaderSize || binary.BigEndian.Uint32(b[0:]) != Magic {
+		return b
+	}
+	if size := binary.BigEndian.Uint64(b[8:]); size >= HeaderSize && size < uint64(len(b)) {
+		return b[:size]
+	}
+	return b
 }
 
 // WriteError is returned by Update when the new image could not be

@@ -511,3 +511,48 @@ func TestStoreSettle(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreReadsAfterAShrinkCutShort: a writer killed between writing a
+// shorter image and cutting the file to it leaves the whole new image
+// followed by the old image's last bytes. The Store reads the image the
+// header declares (its CRC checked as always), and its next rewrite leaves
+// the file exactly the new image; a declared image that is not whole is
+// still an error.
+func TestStoreReadsAfterAShrinkCutShort(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	tr := New()
+	tr.SetValue("COMMAND", "RUN")
+	tr.Set("FILES").Set("/cache/a").SetValue("SIZE", "1")
+	img := Encode(tr)
+	stale := append(append([]byte{}, img...), []byte("ERROR message that was longer")...)
+	if err := os.WriteFile(path, stale, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(path, Flock)
+	got, err := s.Read()
+	if err != nil {
+		t.Fatalf("read after a shrink cut short: %v", err)
+	}
+	if !bytes.Equal(Encode(got), img) {
+		t.Fatalf("read %q, want the declared image", Encode(got))
+	}
+	if _, wrote, err := s.Update(func(t *Tree) error { t.SetValue("STATE", "RUNNING"); return nil }); err != nil || !wrote {
+		t.Fatalf("update: wrote %v, %v", wrote, err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decode(raw); err != nil {
+		t.Fatalf("after the rewrite the file is not exactly one image: %v", err)
+	}
+	// A declared image whose CRC does not match is not accepted.
+	bad := append([]byte{}, stale...)
+	bad[HeaderSize+6] ^= 0xff
+	if err := os.WriteFile(path, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewStore(path, Flock).Read(); err == nil {
+		t.Fatal("a damaged image followed by a stale tail was accepted")
+	}
+}
