@@ -113,9 +113,6 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	b := flush.NewBatch(d.throttle, d.cfg.Flush.SyncEach)
 	start := time.Now()
 	interval := d.cfg.Flush.SyncInterval
-	if interval <= 0 {
-		interval = flush.DefaultSyncInterval
-	}
 	results := make([]result, len(j.subs))
 	var mu sync.Mutex
 	next := 0

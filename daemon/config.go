@@ -132,6 +132,9 @@ type Status struct {
 const DefaultStreams = 4
 
 func (c *Config) setDefaults() {
+	// The daemon sizes its batches by the copy's options: as a Copier
+	// would take them, not as given (a zero SyncBytes batched nothing).
+	c.Flush = c.Flush.WithDefaults()
 	if c.Streams <= 0 {
 		c.Streams = DefaultStreams
 	}

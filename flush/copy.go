@@ -145,6 +145,16 @@ type Copier struct {
 
 // NewCopier returns a Copier throttled by t (nil: no limits) and tuned by o.
 func NewCopier(t *Throttle, o Options) *Copier {
+	o = o.WithDefaults()
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
+	return &Copier{t: t, o: o, buf: make([]byte, o.BufSize), timer: tm}
+}
+
+// WithDefaults returns o with each unset field set to its default and
+// BufSize brought within [MinBufSize, MaxBufSize]: the options a Copier
+// made from o works with, for callers that size their own work by them.
+func (o Options) WithDefaults() Options {
 	switch {
 	case o.BufSize <= 0:
 		o.BufSize = DefaultBufSize
@@ -159,9 +169,7 @@ func NewCopier(t *Throttle, o Options) *Copier {
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = DefaultSyncInterval
 	}
-	tm := time.NewTimer(time.Hour)
-	tm.Stop()
-	return &Copier{t: t, o: o, buf: make([]byte, o.BufSize), timer: tm}
+	return o
 }
 
 // TempPath returns where the partial copy of dst lives: a hidden file in the
