@@ -145,9 +145,11 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		}()
 	}
 	wg.Wait()
+	copied := time.Now()
 	// Durable and published first, all at once; then one update records
 	// them all.
 	_ = b.Sync(ctx)
+	synced := time.Now()
 	var out, done []result
 	for _, r := range results[:next] {
 		if r.err == nil && r.res.Held {
@@ -195,6 +197,8 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 			d.wroteOK.Store(true)
 		}
 	}
+	d.log.Debug("batch recorded", zap.Int("files", len(done)), zap.Duration("copy", copied.Sub(start)),
+		zap.Duration("sync", synced.Sub(copied)), zap.Duration("record", time.Since(synced)))
 	for i := range done {
 		r := &done[i]
 		switch {

@@ -19,7 +19,8 @@ import (
 // every held copy durable at once, publishes each under its final name
 // (after the same checks a lone copy makes: the source unchanged, the
 // partial copy still ours and still where DESTINATION leads), makes the
-// renames durable, and reports each copy's outcome through Err. Only a copy
+// new names durable, and reports each copy's outcome through Err. A copy
+// from 0 has no name until then (an unnamed file, see createAnon). Only a copy
 // whose Err is nil after Sync is durable under its name; the caller then
 // records them all in one update of the transfer file.
 //
@@ -42,6 +43,7 @@ type Batch struct {
 	dirs    []batchDir
 	parents []string // directories whose entries changed when dirs were created
 	held    []*run
+	noAnon  map[int]bool     // directories where partial copies must be named (see createAnon)
 	errs    map[string]error // outcome of each held copy, by destination, after Sync
 }
 

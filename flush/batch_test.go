@@ -41,8 +41,10 @@ func TestBatchHoldsUntilSync(t *testing.T) {
 				if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("%s published before the batch made it durable (%v)", dst, err)
 				}
-				if _, err := os.Stat(TempPath(dst)); err != nil {
-					t.Errorf("partial copy of %s: %v", dst, err)
+				// Unnamed until durable: the destination directory gains
+				// one entry per file, its final name, at Sync.
+				if names := fileNames(t, filepath.Dir(dst)); len(names) != 0 {
+					t.Errorf("%s: the directory holds %v before Sync, want no file", dst, names)
 				}
 				dsts = append(dsts, dst)
 			}
@@ -73,10 +75,29 @@ func TestBatchHoldsUntilSync(t *testing.T) {
 	}
 }
 
+// fileNames lists the names in dir that are not directories.
+func fileNames(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		if !e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
 // TestBatchChecksAtPublishing: what happens to a held copy before Sync
 // publishes it is seen then, as a lone copy sees it before its rename: a
-// source replaced by a rename, a source rewritten in place, a partial copy
-// removed. None of them is published; the others are.
+// source replaced by a rename, a source rewritten in place. Neither is
+// published. A file put at DESTINATION meanwhile is replaced, as a rename
+// replaces it, also when a stale partial copy holds the partial copy's
+// name; a partial copy another writer holds locked is left alone, and so
+// is DESTINATION.
 func TestBatchChecksAtPublishing(t *testing.T) {
 	dir := t.TempDir()
 	c := NewCopier(nil, Options{})
@@ -84,7 +105,7 @@ func TestBatchChecksAtPublishing(t *testing.T) {
 	data := []byte("checkpoint bytes")
 	type file struct{ src, dst string }
 	var fs []file
-	for i := range 4 {
+	for i := range 6 {
 		f := file{filepath.Join(dir, fmt.Sprintf("src%d", i)), filepath.Join(dir, "pfs", fmt.Sprintf("f%d", i))}
 		if err := os.WriteFile(f.src, data, 0o600); err != nil {
 			t.Fatal(err)
@@ -95,7 +116,8 @@ func TestBatchChecksAtPublishing(t *testing.T) {
 		fs = append(fs, f)
 	}
 	// 0 stays; 1 is replaced by a rename; 2 is rewritten in place, same
-	// size; the partial copy of 3 is removed.
+	// size; a file appears at DESTINATION 3, 4 and 5, with a stale partial
+	// copy at 4 and one another writer holds locked at 5.
 	other := filepath.Join(dir, "other")
 	if err := os.WriteFile(other, []byte("other checkpoint"), 0o600); err != nil {
 		t.Fatal(err)
@@ -106,29 +128,55 @@ func TestBatchChecksAtPublishing(t *testing.T) {
 	if err := os.WriteFile(fs[2].src, []byte("CHECKPOINT BYTES"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(TempPath(fs[3].dst)); err != nil {
+	theirs := []byte("an older copy")
+	for _, f := range fs[3:] {
+		if err := os.WriteFile(f.dst, theirs, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range fs[4:] {
+		if err := os.WriteFile(TempPath(f.dst), []byte("stale"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock, err := os.Open(TempPath(fs[5].dst))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := lockPartial(int(lock.Fd())); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Sync(context.Background()); err == nil {
 		t.Error("Sync returned nil with three copies refused")
 	}
-	if err := b.Err(fs[0].dst); err != nil {
-		t.Errorf("the untouched copy: %v", err)
-	}
-	for i, want := range []error{nil, ErrSourceReplaced, ErrSourceReplaced, ErrDestinationChanged} {
+	for i, want := range []error{nil, ErrSourceReplaced, ErrSourceReplaced, nil, nil, ErrPartialLocked} {
 		err := b.Err(fs[i].dst)
 		if want == nil {
+			if err != nil {
+				t.Errorf("copy %d: %v", i, err)
+			}
 			if got, _ := os.ReadFile(fs[i].dst); !bytes.Equal(got, data) {
-				t.Errorf("%s not published", fs[i].dst)
+				t.Errorf("%s not published: it holds %q", fs[i].dst, got)
+			}
+			if _, err := os.Stat(TempPath(fs[i].dst)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("copy %d: a partial copy is left (%v)", i, err)
 			}
 			continue
 		}
 		if !errors.Is(err, want) {
 			t.Errorf("copy %d: %v, want %v", i, err, want)
 		}
-		if _, serr := os.Stat(fs[i].dst); !errors.Is(serr, os.ErrNotExist) {
+		got, serr := os.ReadFile(fs[i].dst)
+		switch {
+		case i < 3 && !errors.Is(serr, os.ErrNotExist):
 			t.Errorf("copy %d published despite %v", i, err)
+		case i >= 3 && !bytes.Equal(got, theirs):
+			t.Errorf("copy %d: DESTINATION changed to %q despite %v", i, got, err)
 		}
+	}
+	if got, _ := os.ReadFile(TempPath(fs[5].dst)); string(got) != "stale" {
+		t.Errorf("the partial copy another writer holds was changed to %q", got)
 	}
 }
 

@@ -250,6 +250,7 @@ type run struct {
 	dropped  int64 // page cache dropped up to here
 
 	dirBorrowed   bool     // dir is the Batch's, not closed with the copy
+	anon          bool     // the partial copy has no name yet (see createAnon)
 	identity      bool     // the source's identity is recorded on the partial copy
 	dirsPending   bool     // directory entries not yet fsynced
 	newDirParents []string // parents of directories this copy created
@@ -427,6 +428,8 @@ func (r *run) openTemp() error {
 		}
 		why = reason
 	}
+	// A batch's fresh copy goes to an unnamed file where it can.
+	r.anon = r.job.Batch != nil && w == 0
 	if err := r.createTemp(); err != nil {
 		return err
 	}
@@ -506,11 +509,23 @@ func (r *run) resume() (ok bool, why string, err error) {
 
 // createTemp creates (or empties) the partial copy and its directories.
 func (r *run) createTemp() error {
-	// Not O_TRUNC: a partial copy another process holds locked must not be
-	// touched, so it is emptied only once its lock is taken.
-	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW, 0o666)
-	if err != nil {
-		return osErr(r.dstName, "cannot create partial copy "+r.tmpPath, err)
+	fd := -1
+	if r.anon {
+		var err error
+		fd, err = r.job.Batch.createAnon(r.dir)
+		if err != nil && !errors.Is(err, errNoAnon) {
+			return osErr(r.dstName, "cannot create partial copy in "+filepath.Dir(r.dst), err)
+		}
+		r.anon = err == nil
+	}
+	if !r.anon {
+		// Not O_TRUNC: a partial copy another process holds locked must
+		// not be touched, so it is emptied only once its lock is taken.
+		var err error
+		fd, err = openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW, 0o666)
+		if err != nil {
+			return osErr(r.dstName, "cannot create partial copy "+r.tmpPath, err)
+		}
 	}
 	r.tmp = fd
 	if err := r.lockTemp(); err != nil {
@@ -529,10 +544,13 @@ func (r *run) createTemp() error {
 		}
 	}
 	r.tmpStat = st
-	if r.job.Batch == nil {
+	switch {
+	case r.job.Batch == nil:
 		recordIdentity(fd, r.srcID)
 		r.identity = true
-	} else {
+	case r.anon:
+		// New, and never resumed: it carries no identity.
+	default:
 		// Recorded before the first commit of partial progress, if any: a
 		// small file of a batch usually has none, and its partial copy is
 		// never resumed from 0.
@@ -603,7 +621,7 @@ func (r *run) copyData() error {
 			if err := r.w.Pace(r.ctx); err != nil {
 				return err
 			}
-			if off < size && (r.unsynced >= r.c.o.SyncBytes || time.Since(r.lastSync) >= r.c.o.SyncInterval) {
+			if off < size && !r.anon && (r.unsynced >= r.c.o.SyncBytes || time.Since(r.lastSync) >= r.c.o.SyncInterval) {
 				if err := r.syncCommit(); err != nil {
 					return err
 				}
@@ -791,7 +809,8 @@ func (r *run) syncDirs() error {
 
 // saveProgress commits what has been copied when a copy is interrupted.
 func (r *run) saveProgress() error {
-	if r.tmp < 0 || r.pos <= r.res.Written || r.pos >= r.job.Size {
+	// An unnamed partial copy cannot be resumed: its bytes go with it.
+	if r.tmp < 0 || r.anon || r.pos <= r.res.Written || r.pos >= r.job.Size {
 		return nil
 	}
 	return r.syncCommit()
@@ -898,17 +917,25 @@ func (r *run) publish() error {
 	if err := r.checkSource(); err != nil {
 		return err
 	}
-	if err := r.checkTempLinked(); err != nil {
-		return err
-	}
-	if err := r.checkTempPlace(); err != nil {
-		return err
-	}
-	if r.identity {
-		dropIdentity(r.tmp)
-	}
-	if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
-		return osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
+	if r.anon {
+		// Nothing can have removed, replaced or moved a file without a
+		// name; where DESTINATION leads is checked below.
+		if err := r.linkAnon(); err != nil {
+			return err
+		}
+	} else {
+		if err := r.checkTempLinked(); err != nil {
+			return err
+		}
+		if err := r.checkTempPlace(); err != nil {
+			return err
+		}
+		if r.identity {
+			dropIdentity(r.tmp)
+		}
+		if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
+			return osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
+		}
 	}
 	r.dirsPending = true
 	var st unix.Stat_t
@@ -952,7 +979,7 @@ func (r *run) sourceReplaced(detail string) error {
 // place is not this copy's to remove.
 func (r *run) discardTemp() string {
 	note := "; the partial copy was removed"
-	if r.tmp >= 0 {
+	if r.tmp >= 0 && !r.anon {
 		var st unix.Stat_t
 		err := unix.Fstatat(r.dir, r.tmpName, &st, unix.AT_SYMLINK_NOFOLLOW)
 		if err == nil && sameFile(&st, &r.tmpStat) {

@@ -20,8 +20,11 @@
 //   - batched: small files copied into a Batch are made durable together
 //     (one syncfs per local file system where it reports write-back
 //     errors, an fsync per file elsewhere), then published, then recorded
-//     by the caller in one update.
+//     by the caller in one update. A fresh copy in a Batch is written to an
+//     unnamed file (O_TMPFILE) and linked under its name once durable: one
+//     change of the destination directory per file instead of two.
 //
 // The package is Linux only: it relies on SEEK_DATA/SEEK_HOLE,
-// sync_file_range, posix_fadvise and O_NOFOLLOW.
+// sync_file_range, posix_fadvise, O_NOFOLLOW and, where the file system has
+// it, O_TMPFILE.
 package flush
