@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/flush"
@@ -94,6 +95,17 @@ type job struct {
 	subs   []*job
 	batch  *flush.Batch  // the batch a file's copy completes into, nil if none
 	copier *flush.Copier // the copier of a batch's stream, nil for d.copier
+	// quiet: a file of a batch logged as a whole; its own lines are debug.
+	quiet bool
+}
+
+// level is the level of the lines about j's file: info, debug for a file
+// of a batch logged as a whole.
+func (j *job) level() zapcore.Level {
+	if j.quiet {
+		return zapcore.DebugLevel
+	}
+	return zapcore.InfoLevel
 }
 
 type result struct {
@@ -835,8 +847,20 @@ func (d *daemon) finish(r result) {
 	d.beat.workerStop()
 	r.job.cancel()
 	if r.batch != nil {
+		var files int
+		var bytes int64
 		for _, sub := range r.batch {
+			if sub.err == nil && sub.res.Complete {
+				files++
+				bytes += sub.job.file.Size - sub.job.from
+			}
 			d.finish(sub)
+		}
+		if len(r.batch) > 0 && r.batch[0].job.quiet && files > 0 {
+			elapsed := time.Since(r.job.started)
+			d.log.Info("flushed a batch of files", zap.Int("files", files), logging.Bytes("bytes", bytes),
+				zap.String("first", r.batch[0].job.file.Src), zap.Duration("elapsed", elapsed),
+				logging.Rate("average_rate", float64(bytes)/max(elapsed.Seconds(), 1e-9)))
 		}
 		return
 	}
@@ -856,7 +880,7 @@ func (d *daemon) finish(r result) {
 		}
 		d.lastOK = time.Now()
 		elapsed := time.Since(r.job.started)
-		d.log.Info("flushed", zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
+		d.log.Log(r.job.level(), "flushed", zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
 			zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
 			logging.Rate("average_rate", float64(f.Size-r.job.from)/max(elapsed.Seconds(), 1e-9)))
 	case r.err == nil:

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -198,5 +200,34 @@ func TestKernelAtLeast(t *testing.T) {
 		if got := kernelAtLeast(c.release, 5, 8); got != c.want {
 			t.Errorf("kernelAtLeast(%q, 5, 8) = %v, want %v", c.release, got, c.want)
 		}
+	}
+}
+
+// TestBatchDestinationIsADirectory: a DESTINATION that is a directory is
+// refused (EISDIR, naming it), by the copy or by Sync, and neither it nor
+// its directory is changed: no partial copy is left beside it.
+func TestBatchDestinationIsADirectory(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "pfs", "ckpt")
+	if err := os.WriteFile(src, []byte("checkpoint bytes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dst, "inside"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := NewBatch(nil, false)
+	res, err := NewCopier(nil, Options{}).Copy(context.Background(), Job{Src: src, Dst: dst, Size: 16, Batch: b}, nil)
+	if err == nil && res.Held {
+		_ = b.Sync(context.Background())
+		err = b.Err(dst)
+	}
+	if !errors.Is(err, syscall.EISDIR) || !strings.Contains(err.Error(), dst) {
+		t.Fatalf("err = %v, want EISDIR naming %s", err, dst)
+	}
+	if names := fileNames(t, filepath.Dir(dst)); len(names) != 0 {
+		t.Errorf("left beside DESTINATION: %v", names)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "inside")); err != nil {
+		t.Errorf("the directory at DESTINATION was changed: %v", err)
 	}
 }

@@ -3,6 +3,8 @@ package test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -115,5 +117,48 @@ func TestLogsJSON(t *testing.T) {
 	}
 	if _, ok := seen["exiting on COMMAND EXIT"]; !ok {
 		t.Error(`no "exiting on COMMAND EXIT" line`)
+	}
+}
+
+// TestLogsBatchAsAWhole: a batch of many small files is logged as a whole,
+// one info line per batch that counts its files, and not two lines per
+// file: a flush of 100,000 files would write 200,000 lines to the journal.
+func TestLogsBatchAsAWhole(t *testing.T) {
+	const files = 40
+	n := newNode(t)
+	data := map[string][]byte{}
+	for i := range files {
+		p, b := n.checkpoint(fmt.Sprintf("rank%04d.ckpt", i), 1024)
+		data[p] = b
+	}
+	n.library(func(tr *hashfile.Tree) {
+		for p := range data {
+			transfer.AddFile(tr, p, n.dest(filepath.Base(p)), 1024)
+		}
+		transfer.SetCommand(tr, transfer.Run)
+	})
+	d := n.start("--log-format=json")
+	checkFlushed(t, n.waitFor("DONE", settle, done), data)
+	d.waitLog("flush complete", settle)
+	count := map[string]int{}
+	var batched float64
+	sc := bufio.NewScanner(strings.NewReader(d.log.String()))
+	for sc.Scan() {
+		var rec map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, sc.Text())
+		}
+		msg, _ := rec["msg"].(string)
+		count[msg]++
+		if msg == "flushed a batch of files" {
+			f, _ := rec["files"].(float64)
+			batched += f
+		}
+	}
+	if count["copy"] != 0 || count["flushed"] != 0 {
+		t.Errorf("%d copy and %d flushed lines at info for a batch of %d files, want none", count["copy"], count["flushed"], files)
+	}
+	if batched != files || count["flushed a batch of files"] == 0 {
+		t.Errorf("the batch lines count %v files in %d lines, want %d", batched, count["flushed a batch of files"], files)
 	}
 }
