@@ -414,20 +414,24 @@ func (w *Work) waitBytes(ctx context.Context, n int) error {
 // sleep pauses w (its time does not count as working) for d, until ctx
 // ends, or until a settings change, whichever comes first. It returns how
 // long it paused and whether a change cut it short; only the end of ctx is
-// an error.
+// an error. A pause counts as idle up to its deadline only: the time the
+// woken thread then takes to run again (the timer's slack, waiting for a
+// CPU) is the daemon's, as seen from outside, and counts as working.
 func (w *Work) sleep(ctx context.Context, d time.Duration, changed <-chan struct{}) (time.Duration, bool, error) {
 	start := time.Now()
 	w.t.idleAt(start)
-	defer func() { w.t.resumeAt(time.Now()) }()
 	w.timer.Reset(d)
 	select {
 	case <-w.timer.C:
+		w.t.resumeAt(start.Add(d))
 		return time.Since(start), false, nil
 	case <-changed:
 		w.timer.Stop()
+		w.t.resumeAt(time.Now())
 		return time.Since(start), true, nil
 	case <-ctx.Done():
 		w.timer.Stop()
+		w.t.resumeAt(time.Now())
 		return time.Since(start), false, ctx.Err()
 	}
 }
