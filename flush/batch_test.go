@@ -231,3 +231,38 @@ func TestBatchDestinationIsADirectory(t *testing.T) {
 		t.Errorf("the directory at DESTINATION was changed: %v", err)
 	}
 }
+
+// TestBatchDestinationDirectoryMoved: the destination directory renamed
+// away (and made again, empty) between a batch's copy and its Sync. The
+// copy is linked where its directory went, but DESTINATION, looked up
+// afresh, does not lead to it: the copy is refused with
+// ErrDestinationMoved and nothing appears at DESTINATION.
+func TestBatchDestinationDirectoryMoved(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "pfs", "set", "ckpt")
+	data := []byte("checkpoint bytes")
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := NewBatch(nil, false)
+	res, err := NewCopier(nil, Options{}).Copy(context.Background(), Job{Src: src, Dst: dst, Size: int64(len(data)), Batch: b}, nil)
+	if err != nil || !res.Held {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	moved := filepath.Join(dir, "pfs", "set.old")
+	if err := os.Rename(filepath.Dir(dst), moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(context.Background()); !errors.Is(err, ErrDestinationMoved) {
+		t.Errorf("Sync: %v, want ErrDestinationMoved", err)
+	}
+	if err := b.Err(dst); !errors.Is(err, ErrDestinationMoved) || !strings.Contains(err.Error(), dst) {
+		t.Errorf("Err: %v, want ErrDestinationMoved naming %s", err, dst)
+	}
+	if names := fileNames(t, filepath.Dir(dst)); len(names) != 0 {
+		t.Errorf("DESTINATION's directory holds %v, want nothing", names)
+	}
+}

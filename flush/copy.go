@@ -877,8 +877,8 @@ func (r *run) finish() error {
 }
 
 // hold hands the complete, checked copy to the Batch b with its open
-// partial copy (still locked) and source: from here they are the Batch's,
-// and the Result says so.
+// partial copy (still locked): from here it is the Batch's, and the Result
+// says so. The source is closed; publishing looks its path up afresh.
 func (r *run) hold(b *Batch) error {
 	if r.check != nil {
 		r.check.Close()
