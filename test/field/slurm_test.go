@@ -65,12 +65,31 @@ func slurmCluster(t *testing.T) *cluster {
 	if err != nil {
 		absent(t, "the Slurm cluster in %s does not answer: %v", dir, err)
 	}
-	for _, n := range slurmNodes {
-		if !regexpLine(out, n+" (idle|mix|alloc)") {
+	// A node still completing the job of a test that just ended (state
+	// comp, while Slurm ends the job's processes, up to its KillWait)
+	// becomes usable by itself: wait for that, not for a node down.
+	deadline := time.Now().Add(lingerTimeout)
+	for n := unusableNode(out); n != ""; n = unusableNode(out) {
+		if !time.Now().Before(deadline) || !regexpLine(out, n+" (comp|completing)") {
 			t.Fatalf("node %s is not usable; sinfo says:\n%s\nslurmd log:\n%s", n, out, tail(filepath.Join(dir, "log", "slurmd-"+n+".log"), 20))
+		}
+		time.Sleep(200 * time.Millisecond) // polling sinfo for the state to change
+		if out, err = output(env, "sinfo", "-h", "-N", "-o", "%N %t"); err != nil {
+			t.Fatalf("the Slurm cluster in %s stopped answering: %v", dir, err)
 		}
 	}
 	return c
+}
+
+// unusableNode returns the first node of the cluster that sinfo's output
+// out does not show ready for a job (idle, mixed or allocated), "" if none.
+func unusableNode(out string) string {
+	for _, n := range slurmNodes {
+		if !regexpLine(out, n+" (idle|mix|alloc)") {
+			return n
+		}
+	}
+	return ""
 }
 
 // user returns the user the jobs run as (USER in their environment).
