@@ -3,8 +3,6 @@ package test
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -78,12 +76,7 @@ func TestLogsJSON(t *testing.T) {
 	}
 
 	seen := map[string]map[string]any{}
-	sc := bufio.NewScanner(strings.NewReader(d.log.String()))
-	for sc.Scan() {
-		var rec map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatalf("log line is not JSON: %v: %s", err, sc.Text())
-		}
+	for _, rec := range jsonRecords(t, d.log.String()) {
 		msg, _ := rec["msg"].(string)
 		seen[msg] = rec
 	}
@@ -126,28 +119,13 @@ func TestLogsJSON(t *testing.T) {
 func TestLogsBatchAsAWhole(t *testing.T) {
 	const files = 40
 	n := newNode(t)
-	data := map[string][]byte{}
-	for i := range files {
-		p, b := n.checkpoint(fmt.Sprintf("rank%04d.ckpt", i), 1024)
-		data[p] = b
-	}
-	n.library(func(tr *hashfile.Tree) {
-		for p := range data {
-			transfer.AddFile(tr, p, n.dest(filepath.Base(p)), 1024)
-		}
-		transfer.SetCommand(tr, transfer.Run)
-	})
+	data := n.smallFilesToRun(files, 1024)
 	d := n.start("--log-format=json")
 	checkFlushed(t, n.waitFor("DONE", settle, done), data)
 	d.waitLog("flush complete", settle)
 	count := map[string]int{}
 	var batched float64
-	sc := bufio.NewScanner(strings.NewReader(d.log.String()))
-	for sc.Scan() {
-		var rec map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			t.Fatalf("log line is not JSON: %v: %s", err, sc.Text())
-		}
+	for _, rec := range jsonRecords(t, d.log.String()) {
 		msg, _ := rec["msg"].(string)
 		count[msg]++
 		if msg == "flushed a batch of files" {
@@ -161,4 +139,20 @@ func TestLogsBatchAsAWhole(t *testing.T) {
 	if batched != files || count["flushed a batch of files"] == 0 {
 		t.Errorf("the batch lines count %v files in %d lines, want %d", batched, count["flushed a batch of files"], files)
 	}
+}
+
+// jsonRecords decodes a JSON log, one record per line, failing the test on
+// a line that is not JSON.
+func jsonRecords(t *testing.T, log string) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		var rec map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, sc.Text())
+		}
+		recs = append(recs, rec)
+	}
+	return recs
 }

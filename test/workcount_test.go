@@ -25,17 +25,7 @@ import (
 func TestTransferFileWorkPerFile(t *testing.T) {
 	const files = 1000
 	n := newNode(t)
-	data := map[string][]byte{}
-	for i := range files {
-		p, b := n.checkpoint(fmt.Sprintf("rank%04d.ckpt", i), 1024)
-		data[p] = b
-	}
-	n.library(func(tr *hashfile.Tree) {
-		for p := range data {
-			transfer.AddFile(tr, p, n.dest(filepath.Base(p)), 1024)
-		}
-		transfer.SetCommand(tr, transfer.Run)
-	})
+	data := n.smallFilesToRun(files, 1024)
 	w := watchOpens(t, filepath.Dir(n.transfer))
 	d := n.start()
 	v := n.waitFor("DONE", settle*4, done)
@@ -48,4 +38,22 @@ func TestTransferFileWorkPerFile(t *testing.T) {
 	if _, err := os.Stat(n.transfer); err != nil || !d.alive() {
 		t.Fatal("daemon died or the transfer file vanished")
 	}
+}
+
+// smallFilesToRun makes count checkpoints of size bytes, lists them all in
+// the transfer file with their destinations and sets COMMAND RUN, in one
+// update as the library does; it returns each source's bytes.
+func (n *node) smallFilesToRun(count, size int) map[string][]byte {
+	data := map[string][]byte{}
+	for i := range count {
+		p, b := n.checkpoint(fmt.Sprintf("rank%04d.ckpt", i), size)
+		data[p] = b
+	}
+	n.library(func(tr *hashfile.Tree) {
+		for p := range data {
+			transfer.AddFile(tr, p, n.dest(filepath.Base(p)), int64(size))
+		}
+		transfer.SetCommand(tr, transfer.Run)
+	})
+	return data
 }
