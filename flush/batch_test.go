@@ -266,3 +266,64 @@ func TestBatchDestinationDirectoryMoved(t *testing.T) {
 		t.Errorf("DESTINATION's directory holds %v, want nothing", names)
 	}
 }
+
+// TestBatchReclaimsStalePartial: a batch's copy from 0 that goes to an
+// unnamed file finds a partial copy at its partial copy's name, left by an
+// earlier copy that recorded no progress (a lone copy killed mid-copy, or a
+// batch's copy killed between naming and renaming). A stale one is removed,
+// as a named copy from 0 would reclaim it; one another writer holds locked
+// is left alone and the copy fails with ErrPartialLocked, to be tried
+// again.
+func TestBatchReclaimsStalePartial(t *testing.T) {
+	dir := t.TempDir()
+	data := []byte("checkpoint bytes")
+	var srcs, dsts [2]string
+	for i := range 2 {
+		srcs[i], dsts[i] = filepath.Join(dir, fmt.Sprintf("src%d", i)), filepath.Join(dir, "pfs", fmt.Sprintf("f%d", i))
+		if err := os.WriteFile(srcs[i], data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "pfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dsts {
+		if err := os.WriteFile(TempPath(d), []byte("stale partial copy"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lock, err := os.Open(TempPath(dsts[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := lockPartial(int(lock.Fd())); err != nil {
+		t.Fatal(err)
+	}
+
+	c := NewCopier(nil, Options{})
+	b := NewBatch(nil, false)
+	res, err := c.Copy(context.Background(), Job{Src: srcs[0], Dst: dsts[0], Size: int64(len(data)), Batch: b}, nil)
+	if err != nil || !res.Held {
+		t.Fatalf("copy 0: %+v, %v", res, err)
+	}
+	_, err = c.Copy(context.Background(), Job{Src: srcs[1], Dst: dsts[1], Size: int64(len(data)), Batch: b}, nil)
+	if !errors.Is(err, ErrPartialLocked) || !strings.Contains(err.Error(), dsts[1]) {
+		t.Errorf("copy 1: %v, want ErrPartialLocked naming %s", err, dsts[1])
+	}
+	if err := b.Sync(context.Background()); err != nil {
+		t.Fatalf("Sync: %v", err)
+	}
+	if got, _ := os.ReadFile(dsts[0]); !bytes.Equal(got, data) {
+		t.Errorf("%s holds %q, want the source's bytes", dsts[0], got)
+	}
+	if _, err := os.Stat(TempPath(dsts[0])); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale partial copy of %s outlived its copy (%v)", dsts[0], err)
+	}
+	if _, err := os.Stat(dsts[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s published beside a partial copy another writer holds (%v)", dsts[1], err)
+	}
+	if got, _ := os.ReadFile(TempPath(dsts[1])); string(got) != "stale partial copy" {
+		t.Errorf("the partial copy another writer holds was changed to %q", got)
+	}
+}

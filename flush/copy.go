@@ -520,6 +520,16 @@ func (r *run) createTemp() error {
 			return osErr(r.dstName, "cannot create partial copy in "+filepath.Dir(r.dst), err)
 		}
 		r.anon = err == nil
+		// A partial copy at the partial copy's name is left from an earlier
+		// copy that recorded no progress (a lone copy, or one killed before
+		// its rename over DESTINATION): it is reclaimed here, as a named
+		// copy from 0 would reclaim it, or it would outlive the flush.
+		if r.anon {
+			if err := r.removeStalePartial(); err != nil {
+				_ = unix.Close(fd)
+				return err
+			}
+		}
 	}
 	if !r.anon {
 		// Not O_TRUNC: a partial copy another process holds locked must
