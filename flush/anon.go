@@ -31,7 +31,7 @@ var errNoAnon = errors.New("no unnamed files in this directory")
 // again.
 func (b *Batch) createAnon(dir int) (int, error) {
 	b.mu.Lock()
-	no := b.noAnon[dir]
+	no := b.named || b.noAnon[dir]
 	b.mu.Unlock()
 	if no {
 		return -1, errNoAnon

@@ -38,6 +38,10 @@ import (
 type Batch struct {
 	t        *Throttle
 	syncEach bool
+	// named makes every partial copy named, as on a file system without
+	// O_TMPFILE (Lustre, GPFS and NFS among them), so that the tests
+	// run that path on any file system.
+	named bool
 
 	mu      sync.Mutex
 	dirs    []batchDir

@@ -327,3 +327,90 @@ func TestBatchReclaimsStalePartial(t *testing.T) {
 		t.Errorf("the partial copy another writer holds was changed to %q", got)
 	}
 }
+
+// TestBatchNamedPartialCopies runs a batch where partial copies must be
+// named, as on a file system without O_TMPFILE (Lustre, GPFS and NFS
+// among them): each copy is held under .NAME.scrpart, locked, until Sync.
+// A stale partial copy at that name is taken over and emptied. At Sync,
+// what happened meanwhile is seen as for unnamed copies: a source
+// replaced by a rename is refused and its partial copy removed; a partial
+// copy removed by someone is refused; a file put at DESTINATION is
+// replaced; the others are published, with no partial copy left.
+func TestBatchNamedPartialCopies(t *testing.T) {
+	for _, syncEach := range []bool{false, true} {
+		t.Run(fmt.Sprintf("syncEach=%v", syncEach), func(t *testing.T) {
+			dir := t.TempDir()
+			c := NewCopier(nil, Options{})
+			b := NewBatch(nil, syncEach)
+			b.named = true
+			data := []byte("checkpoint bytes")
+			var srcs, dsts []string
+			for i := range 5 {
+				srcs = append(srcs, filepath.Join(dir, fmt.Sprintf("src%d", i)))
+				dsts = append(dsts, filepath.Join(dir, "pfs", fmt.Sprintf("f%d", i)))
+				if err := os.WriteFile(srcs[i], data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// 4 finds a stale partial copy, longer than the source.
+			if err := os.MkdirAll(filepath.Join(dir, "pfs"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(TempPath(dsts[4]), []byte("a stale partial copy, longer than the source"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for i := range srcs {
+				res, err := c.Copy(context.Background(), Job{Src: srcs[i], Dst: dsts[i], Size: int64(len(data)), Batch: b}, nil)
+				if err != nil || !res.Held {
+					t.Fatalf("copy %d: %+v, %v", i, res, err)
+				}
+				if _, err := os.Stat(dsts[i]); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s published before Sync (%v)", dsts[i], err)
+				}
+				f, err := os.Open(TempPath(dsts[i]))
+				if err != nil {
+					t.Fatalf("copy %d held without its partial copy's name: %v", i, err)
+				}
+				if err := lockPartial(int(f.Fd())); !errors.Is(err, ErrPartialLocked) {
+					t.Errorf("copy %d: the held partial copy is not locked (%v)", i, err)
+				}
+				f.Close()
+			}
+			// 1: the source replaced by a rename; 2: the partial copy
+			// removed; 3: a file put at DESTINATION.
+			other := filepath.Join(dir, "other")
+			if err := os.WriteFile(other, []byte("other checkpoint"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(other, srcs[1]); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(TempPath(dsts[2])); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dsts[3], []byte("an older copy"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Sync(context.Background()); err == nil {
+				t.Error("Sync returned nil with two copies refused")
+			}
+			for i, want := range []error{nil, ErrSourceReplaced, ErrDestinationChanged, nil, nil} {
+				err := b.Err(dsts[i])
+				got, rerr := os.ReadFile(dsts[i])
+				switch {
+				case want == nil && err != nil:
+					t.Errorf("copy %d: %v", i, err)
+				case want == nil && !bytes.Equal(got, data):
+					t.Errorf("%s holds %q, want the source's bytes", dsts[i], got)
+				case want != nil && !errors.Is(err, want):
+					t.Errorf("copy %d: %v, want %v", i, err, want)
+				case want != nil && !errors.Is(rerr, os.ErrNotExist):
+					t.Errorf("copy %d published despite %v", i, err)
+				}
+				if _, err := os.Stat(TempPath(dsts[i])); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("copy %d: a partial copy is left (%v)", i, err)
+				}
+			}
+		})
+	}
+}
