@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"slices"
 )
 
 // FTI-FF layout (FTI 1.6): the data area from offset 0, then the chunk table
@@ -122,7 +123,8 @@ func probeFTIFFTail(s *source) (ftiProbe, error) {
 		return p, nil
 	}
 	base := s.size - win
-	w := make([]byte, win)
+	w := s.bufs.get(win)
+	defer s.bufs.put(w)
 	if err := s.readAt(w, base); err != nil {
 		return p, err
 	}
@@ -136,16 +138,24 @@ func probeFTIFFTail(s *source) (ftiProbe, error) {
 			return ftiProbe{found: true, at: at, intact: ok, m: m}, nil
 		}
 	}
-	// Scan back for "32 lowercase hex digits, NUL".
-	for end := len(w); ; {
-		nul := bytes.LastIndexByte(w[:end], 0)
-		if nul < ftiChecksumLen {
-			return p, nil
+	// Look for "32 lowercase hex digits, NUL", the last one first. The
+	// NULs are found front to back with bytes.IndexByte, which is
+	// vectorised (LastIndexByte looks at one byte at a time, and random
+	// data has a NUL every 256 bytes or so); the few that end a hex run
+	// are then tried from the end, as a scan back would meet them.
+	var ends []int
+	for i := ftiChecksumLen; i < len(w); {
+		k := bytes.IndexByte(w[i:], 0)
+		if k < 0 {
+			break
 		}
-		end = nul
-		if !isLowerHex(w[nul-ftiChecksumLen : nul]) {
-			continue
+		nul := i + k
+		if isLowerHex(w[nul-ftiChecksumLen : nul]) {
+			ends = append(ends, nul)
 		}
+		i = nul + 1
+	}
+	for _, nul := range slices.Backward(ends) {
 		at := base + int64(nul-ftiChecksumLen)
 		switch {
 		case at+ftiMetaSize <= s.size:
@@ -160,6 +170,7 @@ func probeFTIFFTail(s *source) (ftiProbe, error) {
 			}
 		}
 	}
+	return p, nil
 }
 
 func isLowerHex(b []byte) bool {

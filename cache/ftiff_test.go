@@ -1,9 +1,12 @@
 package cache
 
 import (
+	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -164,4 +167,131 @@ func TestFTIFFTooSmall(t *testing.T) {
 	binary.LittleEndian.PutUint64(b[53:], ftiMetaSize)
 	rep, err := inspectBytes(t, "x", b)
 	wantCode(t, rep, err, FTIFF, "E_TOO_SMALL")
+}
+
+// probeFTIFFBackward is the scan probeFTIFFTail made before it looked for
+// NULs front to back: every NUL from the end, the first that ends an
+// intact meta (or the start of one cut off where ckptSize says the file
+// ends) wins. The probe must give the same answer on any input.
+func probeFTIFFBackward(s *source) (ftiProbe, error) {
+	var p ftiProbe
+	win := min(s.size, ftiScanWindow+ftiMetaSize)
+	if win < ftiChecksumLen+1 {
+		return p, nil
+	}
+	base := s.size - win
+	w := make([]byte, win)
+	if err := s.readAt(w, base); err != nil {
+		return p, err
+	}
+	decode := func(at int64) ftiMeta {
+		return decodeFTIMetaAt(w[at-base:at-base+ftiMetaSize], at+ftiMetaSize)
+	}
+	if s.size >= ftiMetaSize {
+		at := s.size - ftiMetaSize
+		m := decode(at)
+		if ok := m.intact(); ok || m.checksumOK() || m.ckptSize == s.size && m.fs == s.size {
+			return ftiProbe{found: true, at: at, intact: ok, m: m}, nil
+		}
+	}
+	for end := len(w); ; {
+		nul := bytes.LastIndexByte(w[:end], 0)
+		if nul < ftiChecksumLen {
+			return p, nil
+		}
+		end = nul
+		if !isLowerHex(w[nul-ftiChecksumLen : nul]) {
+			continue
+		}
+		at := base + int64(nul-ftiChecksumLen)
+		switch {
+		case at+ftiMetaSize <= s.size:
+			if m := decode(at); m.intact() {
+				return ftiProbe{found: true, at: at, intact: true, m: m}, nil
+			}
+		case at+61 <= s.size:
+			for _, order := range [...]binary.ByteOrder{binary.LittleEndian, binary.BigEndian} {
+				if int64(order.Uint64(w[at-base+53:])) == at+ftiMetaSize {
+					return ftiProbe{found: true, at: at}, nil
+				}
+			}
+		}
+	}
+}
+
+// checkProbeAgrees fails t when probeFTIFFTail and the backward scan
+// disagree on b.
+func checkProbeAgrees(t *testing.T, name string, b []byte) {
+	t.Helper()
+	src := func() *source {
+		return &source{ctx: context.Background(), r: bytes.NewReader(b), size: int64(len(b)), path: name}
+	}
+	got, err1 := probeFTIFFTail(src())
+	want, err2 := probeFTIFFBackward(src())
+	if (err1 == nil) != (err2 == nil) || got != want {
+		t.Fatalf("%s (%d bytes): probe found %+v (err %v), the backward scan %+v (err %v)", name, len(b), got, err1, want, err2)
+	}
+}
+
+// TestProbeFTIFFMatchesBackwardScan: looking for the file meta's NUL front
+// to back finds the meta a scan from the end finds, in checkpoints that
+// are whole, extended by stray bytes, cut short, or have several
+// hex-and-NUL runs near their end (the last intact one must win), and in
+// random data.
+func TestProbeFTIFFMatchesBackwardScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	hexRun := []byte("0123456789abcdef0123456789abcdef\x00")
+	var cases []struct {
+		name string
+		b    []byte
+	}
+	add := func(name string, b []byte) {
+		cases = append(cases, struct {
+			name string
+			b    []byte
+		}{name, b})
+	}
+	for _, o := range []binary.ByteOrder{binary.LittleEndian, binary.BigEndian} {
+		for i, b := range ftiRun(o) {
+			add(fmt.Sprintf("%v checkpoint %d", o, i), b)
+			add(fmt.Sprintf("%v checkpoint %d cut by 50", o, i), b[:len(b)-50])
+			add(fmt.Sprintf("%v checkpoint %d extended", o, i), append(slices.Clone(b), hexRun...))
+			twice := append(slices.Clone(b), make([]byte, 300)...)
+			add(fmt.Sprintf("%v checkpoint %d twice", o, i), append(twice, b[len(b)-ftiMetaSize:]...))
+			// Two intact metas, then stray bytes: the later meta is the one.
+			two := append(slices.Clone(b), b[len(b)-ftiMetaSize:]...)
+			add(fmt.Sprintf("%v checkpoint %d two metas", o, i), append(two, "stray bytes"...))
+		}
+	}
+	for i := range 200 {
+		b := make([]byte, rng.IntN(3*ftiScanWindow))
+		for k := range b {
+			b[k] = byte(rng.IntN(256))
+		}
+		for range rng.IntN(6) {
+			if len(b) > len(hexRun) {
+				copy(b[rng.IntN(len(b)-len(hexRun)):], hexRun)
+			}
+		}
+		add(fmt.Sprintf("random %d", i), b)
+	}
+	add("zeros", make([]byte, ftiScanWindow+ftiMetaSize+7))
+	add("hex runs", bytes.Repeat(hexRun, 3000))
+	for _, c := range cases {
+		checkProbeAgrees(t, c.name, c.b)
+	}
+}
+
+// FuzzFTIFFProbe: on any input, the probe and the backward scan agree.
+func FuzzFTIFFProbe(f *testing.F) {
+	for _, b := range ftiRun(binary.LittleEndian) {
+		f.Add(b)
+		f.Add(b[:len(b)-50])
+		f.Add(append(slices.Clone(b), "0123456789abcdef0123456789abcdef\x00"...))
+		f.Add(append(append(slices.Clone(b), b[len(b)-ftiMetaSize:]...), "stray bytes"...))
+	}
+	f.Add([]byte("0123456789abcdef0123456789abcdef\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkProbeAgrees(t, "input", b)
+	})
 }
