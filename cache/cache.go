@@ -129,6 +129,9 @@ type Options struct {
 	// checkpoints have no companion; opening a root for each of thousands
 	// of small files would cost more than checking them.
 	RootDir string
+	// Buffers, if set, lends the inspection its buffer for reading the
+	// end of the file, so that checks of many small files reuse a few.
+	Buffers *Buffers
 }
 
 // fsys returns the file system companions are opened in, and what to call
@@ -203,7 +206,7 @@ func InspectFile(ctx context.Context, f io.ReaderAt, size int64, path string, o 
 	}
 	fsys, done := o.fsys()
 	defer done()
-	return inspectSource(&source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path}, fsys)
+	return inspectSource(&source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path, bufs: o.Buffers}, fsys)
 }
 
 // readerOf returns f as the source's reader; an *os.File keeps the mapped
@@ -224,7 +227,7 @@ func inspect(ctx context.Context, fsys fileSystem, path string, o Options) (*Rep
 		return nil, err
 	}
 	defer f.Close()
-	return inspectSource(&source{ctx: ctx, pace: o.Pace, r: f, size: f.size(), path: path}, fsys)
+	return inspectSource(&source{ctx: ctx, pace: o.Pace, r: f, size: f.size(), path: path, bufs: o.Buffers}, fsys)
 }
 
 // inspectSource identifies and validates the open file s.

@@ -58,7 +58,7 @@ func StartCheck(ctx context.Context, f io.ReaderAt, size int64, path string, o O
 	}
 	var readyOnce sync.Once
 	c.feed.ready = func() { readyOnce.Do(func() { close(c.ready) }) }
-	s := &source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path, feed: c.feed}
+	s := &source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path, feed: c.feed, bufs: o.Buffers}
 	go func() {
 		// The verdict is in (done) before StartCheck is released (ready).
 		defer c.feed.ready()

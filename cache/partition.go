@@ -214,7 +214,7 @@ func withVolume(s *source, fsys fileSystem, v *partitionVolume, fn func(*source)
 		return fmt.Errorf("cache: %s: partition volume: %w", s.path, err)
 	}
 	defer f.Close()
-	err = fn(&source{ctx: s.ctx, pace: s.pace, r: f, size: f.size(), path: v.path, buf: s.buf})
+	err = fn(&source{ctx: s.ctx, pace: s.pace, r: f, size: f.size(), path: v.path, buf: s.buf, bufs: s.bufs})
 	var fe *FormatError
 	if errors.As(err, &fe) && fe.Path != s.path {
 		return s.fail(LIME, fe.Code, -1, "partition volume %s: %s", v.path, fe.Msg)

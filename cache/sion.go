@@ -445,7 +445,7 @@ func parseSIONMember(s *source, fsys fileSystem, name string) (*sionFile, error)
 		return nil, fmt.Errorf("cache: %s: sion set member: %w", s.path, err)
 	}
 	defer f.Close()
-	ms := &source{ctx: s.ctx, pace: s.pace, r: f, size: f.size(), path: name}
+	ms := &source{ctx: s.ctx, pace: s.pace, r: f, size: f.size(), path: name, bufs: s.bufs}
 	m, err := parseSION(ms, true, sionFull)
 	var fe *FormatError
 	if errors.As(err, &fe) {

@@ -25,6 +25,8 @@ type source struct {
 	feed *feed
 	// fti caches probeFTIFF's answer: detection and validation both ask.
 	fti *ftiProbe
+	// bufs lends the probe its buffer (Options.Buffers); nil allocates.
+	bufs *Buffers
 }
 
 // fail returns a FormatError about this file.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
+	"github.com/scr-transferd/scr-transferd/cache"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/filewatch"
@@ -36,6 +37,7 @@ type daemon struct {
 	throttle *flush.Throttle
 	copier   *flush.Copier
 	copiers  []*flush.Copier // one per stream of a batch; copiers[0] is copier
+	bufs     cache.Buffers   // lent to the checks of --verify=before
 
 	ctx       context.Context // the run's: cancelled by a signal
 	state     transfer.State  // as recorded in the file
@@ -783,7 +785,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 			d.beat.workerBeat()
 			return d.throttle.Pace(ctx)
 		}
-		v = &checkpointVerifier{path: f.Src, root: root, pace: pace}
+		v = &checkpointVerifier{path: f.Src, root: root, pace: pace, bufs: &d.bufs}
 		fj.Verify = v
 	}
 	// The final commit records WRITTEN = SIZE, the CRC and the end of any

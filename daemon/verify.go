@@ -23,6 +23,7 @@ type checkpointVerifier struct {
 	path string                      // the source, for messages and companions
 	root string                      // the confining --allow-src prefix, "/" when none
 	pace func(context.Context) error // the throttle's pacing of reads the copy does not do
+	bufs *cache.Buffers              // the daemon's, shared by the checks of all files
 	rep  *cache.Report               // the verdict on a sound file, once known
 }
 
@@ -33,7 +34,7 @@ func (v *checkpointVerifier) Start(ctx context.Context, src *os.File, size int64
 
 // start is Start on any reader of the source.
 func (v *checkpointVerifier) start(ctx context.Context, src io.ReaderAt, size int64) (flush.Check, []flush.Range, error) {
-	c := cache.StartCheck(ctx, src, size, v.path, cache.Options{Pace: v.pace, RootDir: v.root})
+	c := cache.StartCheck(ctx, src, size, v.path, cache.Options{Pace: v.pace, RootDir: v.root, Buffers: v.bufs})
 	chk := &streamCheck{v: v, c: c}
 	rep, err, done := c.Early()
 	if !done {
