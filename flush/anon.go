@@ -31,13 +31,21 @@ var errNoAnon = errors.New("no unnamed files in this directory")
 // again.
 func (b *Batch) createAnon(dir int) (int, error) {
 	b.mu.Lock()
-	no := b.named || b.noAnon[dir]
+	no, proc := b.named || b.noAnon[dir], b.proc
 	b.mu.Unlock()
 	if no {
 		return -1, errNoAnon
 	}
 	fd, err := openAt(dir, ".", unix.O_RDWR|unix.O_TMPFILE, 0o666)
-	if err == nil && unix.Access(procFD(fd), unix.F_OK) == nil {
+	// Whether /proc can name the file is asked once per Batch, not once
+	// per file: should /proc go away meanwhile, linkAnon fails and the
+	// copy is tried again.
+	if err == nil && (proc || unix.Access(procFD(fd), unix.F_OK) == nil) {
+		if !proc {
+			b.mu.Lock()
+			b.proc = true
+			b.mu.Unlock()
+		}
 		return fd, nil
 	}
 	if err == nil {

@@ -48,6 +48,7 @@ type Batch struct {
 	parents []string // directories whose entries changed when dirs were created
 	held    []*run
 	noAnon  map[int]bool     // directories where partial copies must be named (see createAnon)
+	proc    bool             // /proc/self/fd was seen to name an unnamed file (see createAnon)
 	errs    map[string]error // outcome of each held copy, by destination, after Sync
 }
 
