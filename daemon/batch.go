@@ -16,18 +16,19 @@ import (
 )
 
 // Small files are flushed in batches: the worker copies and checks
-// several, flush.Batch makes their data durable at once (one syncfs per
-// local file system, else an fsync per file), publishes each under its name
-// and makes the names durable, and the worker records them all in one
-// locked update of the transfer file (WRITTEN = SIZE, CRC, no ERROR,
-// WARNING). The transfer file is then read and rewritten once per batch
-// instead of once per file, which is what made the cost of a file grow with
-// the number of entries. Nothing is recorded before it is durable.
+// several, flush.Batch makes the data of a group of them durable at once
+// (one syncfs per local file system, else an fsync per file), publishes
+// each under its name and makes the names durable, and the worker records
+// the group in one locked update of the transfer file (WRITTEN = SIZE,
+// CRC, no ERROR, WARNING). The transfer file is then read and rewritten
+// once per group instead of once per file, which is what made the cost of
+// a file grow with the number of entries. Nothing is recorded before it is
+// durable.
 const (
-	// maxBatchFiles bounds the files of one batch, further bounded by the
-	// descriptors the process may open (batchFiles): a held copy keeps
-	// its partial copy open, and perhaps a directory, until the batch is
-	// durable.
+	// maxBatchFiles bounds the files of one group of a batch, further
+	// bounded by the descriptors the process may open (batchFiles): a
+	// held copy keeps its partial copy open, and perhaps a directory,
+	// until its group is durable.
 	maxBatchFiles = 8192
 	// maxBatchable is the largest file a batch takes: where the fixed
 	// cost of a file (opens, fsyncs, the record) dominates its copy.
@@ -48,7 +49,8 @@ func (d *daemon) batchable(f transfer.File) bool {
 
 // pickBatch returns the files to copy next, in the transfer file's order:
 // the first pending file alone when it is large, else the pending small
-// files after it, up to maxBatchFiles and SyncBytes in all.
+// files after it, up to maxGroups groups (maxGroups × SyncBytes, and
+// maxGroups × batchFiles files).
 func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
 	var files []transfer.File
 	var bytes int64
@@ -67,22 +69,22 @@ func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
 		}
 		files = append(files, f)
 		bytes += f.Size
-		if len(files) == d.batchFiles || bytes >= d.cfg.Flush.SyncBytes {
+		if len(files) == maxGroups*d.batchFiles || bytes >= maxGroups*d.cfg.Flush.SyncBytes {
 			break
 		}
 	}
 	return files
 }
 
-// batchFiles is the most files a batch takes, given the soft limit on open
-// descriptors: two per held copy at worst, with room left for the rest of
-// the daemon.
+// batchFiles is the most files a group of a batch takes, given the soft
+// limit on open descriptors: two per held copy at worst, two groups held
+// at once, with room left for the rest of the daemon.
 func batchFiles() int {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
 		return maxBatchFiles
 	}
-	return int(min(maxBatchFiles, max(16, (int64(lim.Cur)-256)/2)))
+	return int(min(maxBatchFiles, max(16, (int64(lim.Cur)-256)/4)))
 }
 
 // startBatch starts the worker on several small files.
@@ -108,36 +110,144 @@ func (d *daemon) startBatch(files []transfer.File) {
 	}()
 }
 
+// A batch is made durable and recorded group by group, each group at
+// most SyncBytes and batchFiles files. While one group is made durable
+// (its syncfs waits for the disk) and recorded, the streams copy the next
+// one: the disk writes one group while the CPUs copy another, instead of
+// each waiting for the other. At most two groups are held at once, the one
+// being copied and the one being made durable, so that a batch never holds
+// more than twice a group's descriptors or unsynced bytes; the streams
+// wait before starting a third. Groups of files smaller than overlapMin on
+// average do not overlap: making thousands of tiny files durable is
+// mostly writing their inodes, which the creation of the next group's
+// files then waits for (20,000 files of 1 KiB took 3.0 s overlapped
+// against 2.5 s one group after the other, while 2000 files of 64 KiB took
+// 0.37 s against 0.44 s).
+const (
+	maxGroups  = 4        // groups a batch is picked for
+	overlapMin = 32 << 10 // smallest average file size whose groups overlap
+)
+
+// groupEvent is a step of a group's life, reported to daemon.onGroup.
+type groupEvent int
+
+const (
+	groupOpened    groupEvent = iota // its first file is taken
+	groupRecording                   // its copies are done: made durable and recorded next
+	groupRecorded                    // recorded
+)
+
+// group is the part of a batch that is made durable and recorded at once.
+type group struct {
+	b      *flush.Batch
+	index  int       // of the group in its batch, from 0
+	first  int       // its first file, an index into the batch's subs
+	end    int       // one past its last; final once it is handed over
+	opened time.Time // when its first file was taken
+	copies sync.WaitGroup
+	synced chan struct{} // closed once made durable and recorded
+}
+
+// groupEnds returns where each group of subs ends: a group closes once it
+// holds SyncBytes, or batchFiles files.
+func (d *daemon) groupEnds(subs []*job) []int {
+	var ends []int
+	var bytes int64
+	n := 0
+	for i, sub := range subs {
+		bytes += sub.file.Size - min(sub.file.Written, sub.file.Size)
+		n++
+		if bytes >= d.cfg.Flush.SyncBytes || n == d.batchFiles {
+			ends = append(ends, i+1)
+			bytes, n = 0, 0
+		}
+	}
+	if n > 0 {
+		ends = append(ends, len(subs))
+	}
+	return ends
+}
+
 // copyBatch runs in the worker goroutine: its streams (Config.Streams,
 // each with its own Copier under the shared throttle) take the batch's
-// files in order until they are all taken, the context ends or
-// SyncInterval has passed (the rest waits for the next batch); then it
-// makes the completed ones durable and records them in one update. It
-// returns one result per file taken up.
+// files in order until they are all taken, the context ends or the group
+// being copied has been open for SyncInterval (the rest waits for the next
+// batch); each group's completed copies are made durable and recorded in
+// one update, while the streams copy the next group. It returns one result
+// per file taken up.
 func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
-	b := flush.NewBatch(d.throttle, d.cfg.Flush.SyncEach)
-	start := time.Now()
 	interval := d.cfg.Flush.SyncInterval
+	ends := d.groupEnds(j.subs)
+	// held is how many groups may be held at once: the one being copied,
+	// and the one before it being made durable when they overlap.
+	held := 1
+	if n := int64(len(j.subs)); n > 0 && (j.file.Size-j.file.Written)/n >= overlapMin {
+		held = 2
+	}
 	results := make([]result, len(j.subs))
+	handed := make(chan *group, len(ends)) // groups taken in full, in order
+
+	var out []result
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		for g := range handed {
+			g.copies.Wait()
+			d.groupEvent(groupRecording, g.index)
+			out = append(out, d.recordGroup(ctx, j, g, results[g.first:g.end])...)
+			d.groupEvent(groupRecorded, g.index)
+			close(g.synced)
+		}
+	}()
+
 	var mu sync.Mutex
+	var groups []*group // opened, in order; the first given of them handed over
+	given := 0
 	next := 0
-	take := func() int {
+	// take returns the next file to copy and its group, or -1. It opens a
+	// group when the last is taken in full, handing that one over, once
+	// fewer than held groups are left unrecorded.
+	take := func() (int, *group) {
 		mu.Lock()
 		defer mu.Unlock()
-		if next == len(j.subs) || ctx.Err() != nil || next > 0 && time.Since(start) >= interval {
-			return -1
+		if next == len(j.subs) || ctx.Err() != nil {
+			return -1, nil
 		}
+		var cur *group
+		if k := len(groups); k > 0 {
+			cur = groups[k-1]
+		}
+		switch {
+		case cur == nil || next == cur.end:
+			if cur != nil {
+				handed <- cur
+				given++
+			}
+			if k := len(groups); k >= held {
+				<-groups[k-held].synced
+				if ctx.Err() != nil {
+					return -1, nil
+				}
+			}
+			cur = &group{b: flush.NewBatch(d.throttle, d.cfg.Flush.SyncEach), index: len(groups), first: next,
+				end: ends[len(groups)], opened: time.Now(), synced: make(chan struct{})}
+			groups = append(groups, cur)
+			d.groupEvent(groupOpened, cur.index)
+		case time.Since(cur.opened) >= interval:
+			return -1, nil
+		}
+		cur.copies.Add(1)
 		next++
-		return next - 1
+		return next - 1, cur
 	}
 	var wg sync.WaitGroup
 	for _, c := range d.copiers[:min(len(d.copiers), len(j.subs))] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := take(); i >= 0; i = take() {
+			for i, g := take(); i >= 0; i, g = take() {
 				sub := j.subs[i]
-				sub.started, sub.batch, sub.copier = time.Now(), b, c
+				sub.started, sub.batch, sub.copier = time.Now(), g.b, c
 				f := sub.file
 				d.log.Log(sub.level(), "copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
 					logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
@@ -146,20 +256,43 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 				r.res, r.warnings, r.err = d.copyFile(ctx, sub)
 				j.durable.Add(sub.durable.Load() - before)
 				results[i] = r
+				g.copies.Done()
 			}
 		}()
 	}
 	wg.Wait()
+	mu.Lock()
+	if k := len(groups); given < k {
+		last := groups[k-1]
+		last.end = next // fewer when the batch stopped early
+		handed <- last
+	}
+	mu.Unlock()
+	close(handed)
+	<-recorded
+	return out
+}
+
+// groupEvent reports step e of group k of the batch under way to onGroup,
+// if set.
+func (d *daemon) groupEvent(e groupEvent, k int) {
+	if d.onGroup != nil {
+		d.onGroup(e, k)
+	}
+}
+
+// recordGroup makes the completed copies of group g durable and published
+// all at once, then records them all in one update. rs are the results of
+// its files.
+func (d *daemon) recordGroup(ctx context.Context, j *job, g *group, rs []result) []result {
 	copied := time.Now()
-	// Durable and published first, all at once; then one update records
-	// them all.
-	_ = b.Sync(ctx)
+	_ = g.b.Sync(ctx)
 	synced := time.Now()
 	var out, done []result
-	for _, r := range results[:next] {
+	for _, r := range rs {
 		if r.err == nil && r.res.Held {
 			r.res.Held = false
-			if err := b.Err(r.job.file.Dest); err != nil {
+			if err := g.b.Err(r.job.file.Dest); err != nil {
 				r.err = err
 			} else {
 				r.res.Complete, r.res.Written = true, r.job.file.Size
@@ -202,7 +335,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 			d.wroteOK.Store(true)
 		}
 	}
-	d.log.Debug("batch recorded", zap.Int("files", len(done)), zap.Duration("copy", copied.Sub(start)),
+	d.log.Debug("batch recorded", zap.Int("files", len(done)), zap.Duration("copy", copied.Sub(g.opened)),
 		zap.Duration("sync", synced.Sub(copied)), zap.Duration("record", time.Since(synced)))
 	for i := range done {
 		r := &done[i]

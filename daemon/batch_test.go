@@ -1,11 +1,16 @@
 package daemon
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/flush"
+	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -34,6 +39,132 @@ func TestPickBatchUnderDefaultOptions(t *testing.T) {
 			}
 			if got := d.pickBatch(v, time.Now()); len(got) != tc.want {
 				t.Fatalf("picked %d files, want %d", len(got), tc.want)
+			}
+		})
+	}
+}
+
+// TestBatchGroupsOverlap: a batch is made durable and recorded group by
+// group. Groups of files of 64 KiB overlap: the next group is copied while
+// one is made durable (the test holds the first group's recording until
+// the second has begun, and fails if it never does), but no group begins
+// before the one two before it is recorded. Groups of 1 KiB files do not
+// overlap: each begins once the one before is recorded. Either way every
+// file ends complete, recorded, and equal to its source.
+func TestBatchGroupsOverlap(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		size    int
+		files   int
+		overlap bool
+	}{
+		{"64 KiB files", 64 << 10, 12, true},
+		{"1 KiB files", 1 << 10, 12, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tf := filepath.Join(dir, "ctl", "transfer.scr")
+			if err := os.MkdirAll(filepath.Dir(tf), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			store := hashfile.NewStore(tf, hashfile.Flock)
+			data := map[string][]byte{}
+			_, _, err := store.Update(func(tr *hashfile.Tree) error {
+				for i := range tc.files {
+					src := filepath.Join(dir, "cache", fmt.Sprintf("f%02d", i))
+					b := bytes.Repeat([]byte{byte(i + 1)}, tc.size)
+					if err := os.MkdirAll(filepath.Dir(src), 0o700); err != nil {
+						return err
+					}
+					if err := os.WriteFile(src, b, 0o600); err != nil {
+						return err
+					}
+					dst := filepath.Join(dir, "pfs", filepath.Base(src))
+					data[dst] = b
+					transfer.AddFile(tr, src, dst, int64(tc.size))
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Groups of four files each.
+			cfg := Config{TransferFile: tf, Streams: 1, Flush: flush.Options{SyncBytes: 4 * int64(tc.size)}}
+			cfg.setDefaults()
+			th := flush.NewThrottle()
+			d := &daemon{cfg: cfg, log: cfg.Log, store: store, throttle: th, copier: flush.NewCopier(th, cfg.Flush),
+				beat: NewHeartbeat(0), batchFiles: 16, results: make(chan result, 1)}
+			d.copiers = []*flush.Copier{d.copier}
+
+			held := 1
+			if tc.overlap {
+				held = 2
+			}
+			var mu sync.Mutex
+			recorded := map[int]bool{}
+			var problems []string
+			secondOpened := make(chan struct{})
+			d.onGroup = func(e groupEvent, k int) {
+				switch e {
+				case groupOpened:
+					mu.Lock()
+					if k >= held && !recorded[k-held] {
+						problems = append(problems, fmt.Sprintf("group %d began before group %d was recorded", k, k-held))
+					}
+					mu.Unlock()
+					if k == 1 {
+						close(secondOpened)
+					}
+				case groupRecording:
+					if k == 0 && tc.overlap {
+						select {
+						case <-secondOpened:
+						case <-time.After(30 * time.Second):
+							mu.Lock()
+							problems = append(problems, "the second group was not begun while the first was made durable")
+							mu.Unlock()
+						}
+					}
+				case groupRecorded:
+					mu.Lock()
+					recorded[k] = true
+					mu.Unlock()
+				}
+			}
+
+			tr, err := store.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			files := d.pickBatch(transfer.Read(tr), time.Now())
+			if len(files) != tc.files {
+				t.Fatalf("picked %d files, want all %d", len(files), tc.files)
+			}
+			d.startBatch(files)
+			res := <-d.results
+			mu.Lock()
+			for _, p := range problems {
+				t.Error(p)
+			}
+			if len(recorded) != 3 {
+				t.Errorf("%d groups recorded, want 3", len(recorded))
+			}
+			mu.Unlock()
+			for _, r := range res.batch {
+				if r.err != nil || !r.res.Complete {
+					t.Errorf("%s: complete %v, error %v", r.job.file.Src, r.res.Complete, r.err)
+				}
+			}
+			if tr, err = store.Read(); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range transfer.Read(tr).Files {
+				if f.Written != f.Size {
+					t.Errorf("%s: WRITTEN %d, SIZE %d", f.Src, f.Written, f.Size)
+				}
+				if b, err := os.ReadFile(f.Dest); err != nil || !bytes.Equal(b, data[f.Dest]) {
+					t.Errorf("%s: not its source's bytes (%v)", f.Dest, err)
+				}
 			}
 		})
 	}

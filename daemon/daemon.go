@@ -61,15 +61,16 @@ type daemon struct {
 	copied    atomic.Int64 // bytes made durable by this process, for metrics
 	meter     *rate.Meter  // the rate of copied while copying; nil while idle
 
-	rand         func() float64 // uniform in [0, 1): the jitter of retries
-	limits       *limits        // BW and PERCENT last applied, nil before the first
-	throttled    uint64         // throttle pauses already logged
-	batchFiles   int            // the most files a batch takes (batchFiles)
-	others       uint64         // store.Others() when the loop last read the file
-	refused      []error        // why each entry of view is refused (readView), nil where it is not
-	memSize      int            // transfer file size the memory limit was set for (memory.go)
-	flushStarted time.Time      // the flush under way began, zero when none
-	flushCopied  int64          // copied when it began
+	rand         func() float64        // uniform in [0, 1): the jitter of retries
+	limits       *limits               // BW and PERCENT last applied, nil before the first
+	throttled    uint64                // throttle pauses already logged
+	batchFiles   int                   // the most files a batch takes (batchFiles)
+	others       uint64                // store.Others() when the loop last read the file
+	refused      []error               // why each entry of view is refused (readView), nil where it is not
+	memSize      int                   // transfer file size the memory limit was set for (memory.go)
+	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
+	flushStarted time.Time             // the flush under way began, zero when none
+	flushCopied  int64                 // copied when it began
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
