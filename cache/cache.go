@@ -232,11 +232,17 @@ func inspect(ctx context.Context, fsys fileSystem, path string, o Options) (*Rep
 
 // inspectSource identifies and validates the open file s.
 func inspectSource(s *source, fsys fileSystem) (*Report, error) {
-	path := s.path
 	kind, err := detect(s)
 	if err != nil {
 		return nil, err
 	}
+	return inspectKind(s, fsys, kind)
+}
+
+// inspectKind validates the open file s, whose kind detect found.
+func inspectKind(s *source, fsys fileSystem, kind Kind) (*Report, error) {
+	path := s.path
+	var err error
 	rep := &Report{Path: path, Kind: kind, Size: s.size}
 	switch kind {
 	case SION:

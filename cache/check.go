@@ -42,34 +42,45 @@ type Check struct {
 // such as a SIONlib container whose data ranges the copy needs first).
 func StartCheck(ctx context.Context, f io.ReaderAt, size int64, path string, o Options) *Check {
 	ctx, cancel := context.WithCancel(ctx)
-	c := &Check{
-		cancel: cancel,
-		ready:  make(chan struct{}),
-		done:   make(chan struct{}),
-		size:   size,
-		feed: &feed{
-			ctx:    ctx,
-			chunks: make(chan chunk, feedDepth),
-			free:   make(chan []byte, feedDepth+1),
-		},
+	c := &Check{cancel: cancel, ready: make(chan struct{}), done: make(chan struct{}), size: size}
+	s := &source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path, bufs: o.Buffers}
+	fsys, done := o.fsys()
+	// The kind is found here, from the structure alone. A plain file, most
+	// of what a flush carries, has nothing to hash: its verdict is in
+	// without a goroutine for the inspection.
+	kind, err := Kind(""), ctx.Err()
+	if err == nil {
+		kind, err = detect(s)
+	}
+	if err != nil || kind == Plain {
+		defer done()
+		if err == nil {
+			c.rep, c.err = inspectKind(s, fsys, kind)
+		} else {
+			c.err = err
+		}
+		c.feed = &feed{ctx: ctx, chunks: make(chan chunk), free: make(chan []byte)}
+		close(c.done)
+		close(c.ready)
+		return c
+	}
+	c.feed = &feed{
+		ctx:    ctx,
+		chunks: make(chan chunk, feedDepth),
+		free:   make(chan []byte, feedDepth+1),
 	}
 	for range feedDepth + 1 {
 		c.feed.free <- nil
 	}
 	var readyOnce sync.Once
 	c.feed.ready = func() { readyOnce.Do(func() { close(c.ready) }) }
-	s := &source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path, feed: c.feed, bufs: o.Buffers}
+	s.feed = c.feed
 	go func() {
 		// The verdict is in (done) before StartCheck is released (ready).
 		defer c.feed.ready()
 		defer close(c.done)
-		if err := ctx.Err(); err != nil {
-			c.err = err
-			return
-		}
-		fsys, done := o.fsys()
 		defer done()
-		c.rep, c.err = inspectSource(s, fsys)
+		c.rep, c.err = inspectKind(s, fsys, kind)
 		c.feed.drain()
 	}()
 	<-c.ready

@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"bytes"
 	"crypto/md5"
 	"encoding/binary"
 	"encoding/hex"
@@ -123,11 +122,11 @@ func probeFTIFFTail(s *source) (ftiProbe, error) {
 		return p, nil
 	}
 	base := s.size - win
-	w := s.bufs.get(win)
-	defer s.bufs.put(w)
-	if err := s.readAt(w, base); err != nil {
+	w, release, err := s.view(base, win)
+	if err != nil {
 		return p, err
 	}
+	defer release()
 	decode := func(at int64) ftiMeta {
 		return decodeFTIMetaAt(w[at-base:at-base+ftiMetaSize], at+ftiMetaSize)
 	}
@@ -139,21 +138,23 @@ func probeFTIFFTail(s *source) (ftiProbe, error) {
 		}
 	}
 	// Look for "32 lowercase hex digits, NUL", the last one first. The
-	// NULs are found front to back with bytes.IndexByte, which is
-	// vectorised (LastIndexByte looks at one byte at a time, and random
-	// data has a NUL every 256 bytes or so); the few that end a hex run
-	// are then tried from the end, as a scan back would meet them.
+	// candidates are found front to back, the few there are then tried
+	// from the end, as a scan back would meet them. A byte that is not a
+	// hex digit rules out a NUL in the 32 bytes after it, so the scan
+	// steps 33 bytes at a time over most data, where looking at every NUL
+	// (random data has one every 256 bytes or so) or every byte costs far
+	// more.
 	var ends []int
 	for i := ftiChecksumLen; i < len(w); {
-		k := bytes.IndexByte(w[i:], 0)
-		if k < 0 {
-			break
+		switch c := w[i]; {
+		case c == 0 && isLowerHex(w[i-ftiChecksumLen:i]):
+			ends = append(ends, i)
+			i += ftiChecksumLen + 1
+		case isLowerHexByte(c):
+			i++
+		default:
+			i += ftiChecksumLen + 1
 		}
-		nul := i + k
-		if isLowerHex(w[nul-ftiChecksumLen : nul]) {
-			ends = append(ends, nul)
-		}
-		i = nul + 1
 	}
 	for _, nul := range slices.Backward(ends) {
 		at := base + int64(nul-ftiChecksumLen)
@@ -173,9 +174,11 @@ func probeFTIFFTail(s *source) (ftiProbe, error) {
 	return p, nil
 }
 
+func isLowerHexByte(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
+
 func isLowerHex(b []byte) bool {
 	for _, c := range b {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+		if !isLowerHexByte(c) {
 			return false
 		}
 	}

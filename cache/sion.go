@@ -110,12 +110,27 @@ func looksLikeSION(s *source) (bool, error) {
 	if s.size < sionFixedHeader+16+12 {
 		return false, nil
 	}
+	// Most files fail at the endianness word: told here without the
+	// message parseSION would format for its error.
+	var w [4]byte
+	if err := s.readAt(w[:], 4); err != nil {
+		return false, err
+	}
+	if !sionEndianness(w[:]) {
+		return false, nil
+	}
 	_, err := parseSION(s, false, sionLayout)
 	var fe *FormatError
 	if errors.As(err, &fe) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// sionEndianness tells whether w, bytes 4 to 8 of a SIONlib file, is one
+// of the endianness words SIONlib writes.
+func sionEndianness(w []byte) bool {
+	return w[0] == w[3] && w[0] <= 1 && w[1] == w[2] && w[1] <= 1
 }
 
 func parseSION(s *source, needMagic bool, depth sionDepth) (*sionFile, error) {
@@ -131,7 +146,7 @@ func parseSION(s *source, needMagic bool, depth sionDepth) (*sionFile, error) {
 	}
 	f := &sionFile{}
 	w := head[4:8]
-	if w[0] != w[3] || w[0] > 1 || w[1] != w[2] || w[1] > 1 {
+	if !sionEndianness(w) {
 		return nil, s.fail(SION, "E_BAD_ENDIANNESS", 4, "endianness word % x is not one of 00000000, 00010100, 01010101, 01000001", w)
 	}
 	f.order = binary.ByteOrder(binary.LittleEndian)

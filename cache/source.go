@@ -55,6 +55,30 @@ func (s *source) readAt(p []byte, off int64) error {
 	return fmt.Errorf("cache: read %s: %d bytes at offset %d: %w", s.path, len(p), off, err)
 }
 
+// view returns [off, off+n) of the file, which the caller has checked lies
+// inside it, and a release to call once done with it: a slice of the
+// caller's bytes when the file came as bytes already read (see byteser),
+// else a buffer lent by bufs, read into.
+func (s *source) view(off, n int64) ([]byte, func(), error) {
+	if b, ok := s.r.(byteser); ok {
+		if p := b.Bytes(); int64(len(p)) >= off+n {
+			return p[off : off+n], func() {}, nil
+		}
+	}
+	w := s.bufs.get(n)
+	if err := s.readAt(w, off); err != nil {
+		s.bufs.put(w)
+		return nil, nil, err
+	}
+	return w, func() { s.bufs.put(w) }, nil
+}
+
+// byteser is a reader of a file read whole already, which hands over its
+// bytes to look at without a copy (flush's reader of a small source).
+type byteser interface {
+	Bytes() []byte
+}
+
 // Ranges of at least mmapMin bytes of an operating-system file are hashed
 // straight from the page cache through a read-only mapping of up to
 // mmapWindow bytes at a time, which saves copying them into the buffer;

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/scr-transferd/scr-transferd/cache"
@@ -28,12 +27,7 @@ type checkpointVerifier struct {
 }
 
 // Start implements flush.Verifier.
-func (v *checkpointVerifier) Start(ctx context.Context, src *os.File, size int64) (flush.Check, []flush.Range, error) {
-	return v.start(ctx, src, size)
-}
-
-// start is Start on any reader of the source.
-func (v *checkpointVerifier) start(ctx context.Context, src io.ReaderAt, size int64) (flush.Check, []flush.Range, error) {
+func (v *checkpointVerifier) Start(ctx context.Context, src io.ReaderAt, size int64) (flush.Check, []flush.Range, error) {
 	c := cache.StartCheck(ctx, src, size, v.path, cache.Options{Pace: v.pace, RootDir: v.root, Buffers: v.bufs})
 	chk := &streamCheck{v: v, c: c}
 	rep, err, done := c.Early()

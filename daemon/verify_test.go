@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,8 +38,8 @@ type countingVerifier struct {
 	fed       int64
 }
 
-func (c *countingVerifier) Start(ctx context.Context, src *os.File, size int64) (flush.Check, []flush.Range, error) {
-	chk, rs, err := c.v.start(ctx, countingReader{src, &c.structure}, size)
+func (c *countingVerifier) Start(ctx context.Context, src io.ReaderAt, size int64) (flush.Check, []flush.Range, error) {
+	chk, rs, err := c.v.Start(ctx, countingReader{src, &c.structure}, size)
 	if chk != nil {
 		chk = &countingCheck{Check: chk, fed: &c.fed}
 	}
@@ -185,4 +187,106 @@ func TestVerificationOnResume(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSmallSourceIsReadOnce copies small sources with verification and
+// counts the read system calls the process makes meanwhile
+// (/proc/self/io): a source that fits one piece of the copy is read by a
+// single read, which the check and the copy share, where the check used
+// to read the file's structure through a descriptor of its own first (a
+// plain 64 KiB file took five reads). The copy runs in a child process of
+// its own, so that no other test's goroutines read anything meanwhile.
+func TestSmallSourceIsReadOnce(t *testing.T) {
+	if os.Getenv("SCR_TEST_READ_ONCE") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSmallSourceIsReadOnce$", "-test.v")
+		cmd.Env = append(os.Environ(), "SCR_TEST_READ_ONCE=1")
+		out, err := cmd.CombinedOutput()
+		t.Logf("child:\n%s", out)
+		if err != nil {
+			t.Fatalf("child: %v", err)
+		}
+		return
+	}
+	plain := make([]byte, 64<<10)
+	for i := range plain {
+		plain[i] = byte(i * 7)
+	}
+	cases := []struct {
+		name string
+		data func(t *testing.T) []byte
+		code string
+	}{
+		{"plain", func(*testing.T) []byte { return plain }, ""},
+		{"Ckpt4-Rank1.fti", sample("ftiff", "Ckpt4-Rank1.fti"), ""},
+		{"Ckpt4-Rank1.data-flip.fti", sample("ftiff", "Ckpt4-Rank1.data-flip.fti"), "E_CHUNK_HASH"},
+		{"su3_4x4x4x8_f.lime", sample("lime", "su3_4x4x4x8_f.lime"), ""},
+		{"single_4t_1blk.sion", sample("sion", "single_4t_1blk.sion"), ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			data := tc.data(t)
+			if len(data) > flush.DefaultBufSize {
+				t.Fatalf("%d bytes: not a small source", len(data))
+			}
+			dir := t.TempDir()
+			src, dst := filepath.Join(dir, tc.name), filepath.Join(dir, "pfs", tc.name)
+			if err := os.WriteFile(src, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			job := flush.Job{Src: src, Dst: dst, Size: int64(len(data)), SrcRoot: dir,
+				Verify: &checkpointVerifier{path: src, root: dir}}
+			c := flush.NewCopier(nil, flush.Options{})
+			s0 := readCalls(t)
+			s1 := readCalls(t) // what taking a count costs
+			res, err := c.Copy(t.Context(), job, nil)
+			s2 := readCalls(t)
+			if reads := s2 - s1 - (s1 - s0); reads != 1 {
+				t.Errorf("%d read system calls for a source of %d bytes, want 1", reads, len(data))
+			}
+			if tc.code != "" {
+				var fe *cache.FormatError
+				if !errors.As(err, &fe) || fe.Code != tc.code {
+					t.Fatalf("error %v, want a FormatError %s", err, tc.code)
+				}
+				return
+			}
+			if err != nil || !res.Complete {
+				t.Fatalf("%+v, %v", res, err)
+			}
+			if got, _ := os.ReadFile(dst); string(got) != string(data) {
+				t.Error("the published copy differs from the source")
+			}
+		})
+	}
+}
+
+// sample returns a reader of a shared sample's bytes.
+func sample(sub, name string) func(*testing.T) []byte {
+	return func(t *testing.T) []byte {
+		data, err := os.ReadFile(shareddata.File(t, sub, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+}
+
+// readCalls returns the read system calls this process has made
+// (syscr in /proc/self/io).
+func readCalls(t *testing.T) int64 {
+	raw, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscr:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no syscr in /proc/self/io")
+	return 0
 }

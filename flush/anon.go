@@ -103,6 +103,11 @@ func (r *run) nameAnon() error {
 			return unix.Linkat(unix.AT_FDCWD, procFD(r.tmp), r.dir, r.tmpName, unix.AT_SYMLINK_FOLLOW)
 		})
 	}
+	// Locked before it has a name, so that no other writer can take it
+	// for a stale partial copy.
+	if err := r.lockTemp(); err != nil {
+		return err
+	}
 	err := link()
 	if errors.Is(err, unix.EEXIST) {
 		if err := r.removeStalePartial(); err != nil {

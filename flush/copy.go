@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -242,6 +244,7 @@ type run struct {
 	dstPlace         place       // DESTINATION, looked up once published
 	tmpStat          unix.Stat_t // the partial copy as opened, to tell it from a file put in its place
 	seg              segmenter   // over the source
+	whole            []byte      // the source's bytes when readWhole read it whole, else nil
 
 	pos      int64 // data before pos is written to the partial copy
 	crc      uint32
@@ -301,6 +304,9 @@ func (r *run) do() error {
 	if err := r.openSource(); err != nil {
 		return err
 	}
+	if err := r.readWhole(); err != nil {
+		return r.interrupted(err, nil)
+	}
 	if err := r.startCheck(); err != nil {
 		return r.interrupted(err, nil)
 	}
@@ -347,14 +353,13 @@ func (r *run) openSource() error {
 		return osErr(r.srcName, "cannot stat", err)
 	}
 	r.srcID = identityOf(&r.srcStat)
+	// The O_NONBLOCK it was opened with (so that a FIFO in its place
+	// cannot block the open) stays: reads of a regular file ignore it.
 	if r.srcStat.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s: %w: it is %s", r.srcName, ErrNotRegular, fileKind(r.srcStat.Mode))
 	}
 	if r.srcStat.Size != r.job.Size {
 		return fmt.Errorf("%s: %w: the file holds %d bytes, the transfer file says %d", r.srcName, ErrSizeMismatch, r.srcStat.Size, r.job.Size)
-	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		return osErr(r.srcName, "cannot set blocking mode", err)
 	}
 	// A file with as many bytes allocated as it holds has no hole worth
 	// looking for: it is read whole, without a SEEK_DATA and a SEEK_HOLE
@@ -367,17 +372,69 @@ func (r *run) openSource() error {
 	return nil
 }
 
-// startCheck hands the open source to job.Verify.
+// readWhole reads a small source whole, in one read, before anything
+// else looks at it, when its copy starts from 0 and one piece of the copy
+// would hold it anyway: job.Verify then inspects those very bytes, and
+// the copy writes them, so the source is read once and by one system call.
+func (r *run) readWhole() error {
+	size := r.job.Size
+	if r.job.Written != 0 || !r.seg.whole || r.seg.explicit || size <= 0 || size > int64(r.c.t.chunkSize(len(r.c.buf))) {
+		return nil
+	}
+	if err := r.w.waitBytes(r.ctx, int(size)); err != nil {
+		return err
+	}
+	got, err := preadFull(r.src, r.c.buf[:size], 0)
+	if err != nil {
+		return osErr(r.srcName, "cannot read at byte 0", err)
+	}
+	if int64(got) < size {
+		return r.sourceChanged(fmt.Sprintf("it ended at byte %d, SIZE is %d", got, size))
+	}
+	r.whole = r.c.buf[:size]
+	return nil
+}
+
+// wholeSource reads the bytes of a source readWhole read whole. Bytes
+// hands them over to look at without a copy, not to keep.
+type wholeSource []byte
+
+func (w wholeSource) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read at %d: %w", off, fs.ErrInvalid)
+	}
+	if off >= int64(len(w)) {
+		return 0, io.EOF
+	}
+	n := copy(p, w[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Bytes returns the source's bytes.
+func (w wholeSource) Bytes() []byte { return w }
+
+// startCheck hands the open source to job.Verify: the bytes readWhole
+// read, or a duplicate of the descriptor, which the check may read
+// through concurrently with the copy and close on its own.
 func (r *run) startCheck() error {
 	if r.job.Verify == nil {
 		return nil
 	}
-	dup, err := unix.FcntlInt(uintptr(r.src), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return osErr(r.srcName, "cannot duplicate the descriptor", err)
+	var src io.ReaderAt
+	if r.whole != nil {
+		src = wholeSource(r.whole)
+	} else {
+		dup, err := unix.FcntlInt(uintptr(r.src), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return osErr(r.srcName, "cannot duplicate the descriptor", err)
+		}
+		r.srcFile = os.NewFile(uintptr(dup), r.job.Src)
+		src = r.srcFile
 	}
-	r.srcFile = os.NewFile(uintptr(dup), r.job.Src)
-	chk, rs, err := r.job.Verify.Start(r.ctx, r.srcFile, r.job.Size)
+	chk, rs, err := r.job.Verify.Start(r.ctx, src, r.job.Size)
 	if err != nil {
 		return err
 	}
@@ -549,8 +606,12 @@ func (r *run) createTemp() error {
 		}
 	}
 	r.tmp = fd
-	if err := r.lockTemp(); err != nil {
-		return err
+	// An unnamed partial copy is locked only if it is ever given its
+	// partial copy's name (nameAnon): no other writer can reach it before.
+	if !r.anon {
+		if err := r.lockTemp(); err != nil {
+			return err
+		}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -601,30 +662,36 @@ func (r *run) copyData() error {
 				return err
 			}
 			n := int(min(int64(t.chunkSize(len(buf))), de-off))
-			if err := r.w.waitBytes(r.ctx, n); err != nil {
-				return err
-			}
-			got, err := preadFull(r.src, buf[:n], off)
-			if err != nil {
-				return osErr(r.srcName, fmt.Sprintf("cannot read at byte %d", off), err)
-			}
-			if got < n {
-				return r.sourceChanged(fmt.Sprintf("it ended at byte %d, SIZE is %d", off+int64(got), size))
+			var p []byte
+			if r.whole != nil {
+				p = r.whole[off : off+int64(n)] // read, and paid for, by readWhole
+			} else {
+				if err := r.w.waitBytes(r.ctx, n); err != nil {
+					return err
+				}
+				got, err := preadFull(r.src, buf[:n], off)
+				if err != nil {
+					return osErr(r.srcName, fmt.Sprintf("cannot read at byte %d", off), err)
+				}
+				if got < n {
+					return r.sourceChanged(fmt.Sprintf("it ended at byte %d, SIZE is %d", off+int64(got), size))
+				}
+				p = buf[:n]
 			}
 			// Zeros read from a tail SEEK_DATA called a hole stay a hole in
 			// the copy (the partial copy ends before them until extended).
-			hole := r.seg.inTail(off) && allZero(buf[:n])
+			hole := r.seg.inTail(off) && allZero(p)
 			if !hole {
-				if err := pwriteFull(r.tmp, buf[:n], off); err != nil {
+				if err := pwriteFull(r.tmp, p, off); err != nil {
 					return osErr(r.dstName, "cannot write partial copy "+r.tmpPath, err)
 				}
 			}
 			if r.check != nil {
-				if err := r.check.Feed(off, buf[:n]); err != nil {
+				if err := r.check.Feed(off, p); err != nil {
 					return r.refuse(err)
 				}
 			}
-			r.crc = crc32.Update(crcZeros(r.crc, off-r.crcPos), crc32.IEEETable, buf[:n])
+			r.crc = crc32.Update(crcZeros(r.crc, off-r.crcPos), crc32.IEEETable, p)
 			off += int64(n)
 			r.crcPos, r.pos, r.unsynced = off, off, r.unsynced+int64(n)
 			if !hole {
@@ -853,8 +920,14 @@ func (r *run) finish() error {
 	} else if err := r.syncTemp(size); err != nil {
 		return err
 	}
-	if err := r.checkSource(); err != nil {
-		return err
+	// A copy held by a Batch is checked against its source when it is
+	// published (publish, from Batch.Sync); here too only when a verdict
+	// on its bytes is to come, so that a source that changed under the
+	// check is told as changed, not as corrupt.
+	if b == nil || r.check != nil || r.c.o.VerifyAfter {
+		if err := r.checkSource(); err != nil {
+			return err
+		}
 	}
 	if r.check != nil {
 		// Publishing waits for the verdict on the bytes copied.
@@ -921,7 +994,7 @@ func (r *run) hold(b *Batch) error {
 	}
 	h := *r
 	_ = unix.Close(r.src)
-	h.src, h.seg.fd = -1, -1
+	h.src, h.seg.fd, h.whole = -1, -1, nil
 	r.tmp, r.src, r.dir = -1, -1, -1
 	b.hold(&h)
 	r.res = Result{Written: r.res.Written, CRC: r.crc, Held: true, Restarted: r.res.Restarted}

@@ -2,7 +2,7 @@ package flush
 
 import (
 	"context"
-	"os"
+	"io"
 )
 
 // Verifier checks a source's content while Copy copies it, so that the
@@ -10,13 +10,15 @@ import (
 // read once and throttled once.
 type Verifier interface {
 	// Start is called once the source is open and matches the job, before
-	// any byte is copied. src is the open source; Start may read its
-	// structure through it but must not keep it past the Check's Close.
+	// any byte is copied. src reads the open source (a small one's bytes,
+	// read whole already, or a duplicate of its descriptor, an *os.File);
+	// Start may read its structure through it but must not keep it past
+	// the Check's Close.
 	// It returns the data ranges to copy (nil: the job's own ranges, or
 	// the whole file) and a Check that sees every byte copied (nil: the
 	// verdict is already in and sound). An error stops the copy before
 	// it begins; it is returned as is.
-	Start(ctx context.Context, src *os.File, size int64) (Check, []Range, error)
+	Start(ctx context.Context, src io.ReaderAt, size int64) (Check, []Range, error)
 }
 
 // Check receives the bytes of the source as Copy reads them and gives the
