@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -149,15 +151,18 @@ func (b *Batch) Sync(ctx context.Context) error {
 	// The data first, then the names: a name never leads to bytes that
 	// are not durable.
 	mode, err := b.syncData()
-	for _, r := range b.held {
+	var published []error
+	if err == nil {
+		published = b.publish(mode)
+	}
+	for i, r := range b.held {
 		switch {
 		case err != nil:
 			fail(r, osErr(r.dstName, "cannot make partial copy "+r.tmpPath+" durable", err))
 		case mode.failed[r] != nil:
 			fail(r, osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, mode.failed[r]))
 		default:
-			r.dropCache()
-			fail(r, r.publish())
+			fail(r, published[i])
 		}
 	}
 	if err := b.syncNames(mode); err != nil {
@@ -186,6 +191,39 @@ func (b *Batch) Sync(ctx context.Context) error {
 		}
 	}
 	return first
+}
+
+// maxPublishers bounds the goroutines that publish a Batch's copies.
+const maxPublishers = 4
+
+// publish publishes every held copy whose data was made durable, and
+// returns each one's outcome, in the order of held. Publishing is a few
+// lookups and a link per copy, each waiting on the file system; a few
+// goroutines, up to the CPUs the process may use, keep them from adding
+// up one after the other while the batch's last group is all that is
+// left to do.
+func (b *Batch) publish(m syncMode) []error {
+	errs := make([]error, len(b.held))
+	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1) - 1); i < len(b.held); i = int(next.Add(1) - 1) {
+			if r := b.held[i]; m.failed[r] == nil {
+				r.dropCache()
+				errs[i] = r.publish()
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(maxPublishers, runtime.GOMAXPROCS(0), len(b.held)) - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
+	return errs
 }
 
 // syncMode is how Sync made the held copies' data durable.
