@@ -310,7 +310,11 @@ func (d *daemon) recordGroup(ctx context.Context, j *job, g *group, rs []result)
 	changed := make([]bool, len(done))
 	prevs := make([]int64, len(done))
 	stored := make([]bool, len(done)) // durable set to SIZE under the lock
-	_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
+	// The copies are published: recorded even when the batch is being
+	// stopped, if the lock comes within commitGrace.
+	cctx, cancel := graceContext(ctx, commitGrace)
+	defer cancel()
+	_, wrote, err := d.store.UpdateContext(cctx, func(t *hashfile.Tree) error {
 		for i := range done {
 			r := &done[i]
 			f := r.job.file

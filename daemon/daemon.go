@@ -282,6 +282,28 @@ func (d *daemon) loop(ctx context.Context) error {
 	}
 }
 
+// commitGrace is how long the commits of a copy still wait for the
+// transfer file's lock once the copy is told to stop (STOP, EXIT, a
+// signal): what they record is durable already, the progress saved on
+// stopping or a copy already published under its name, and the library
+// holds the lock for a moment at each of its updates. Without it, a stop
+// that met such a moment lost the commit: the next copy found no partial
+// copy to resume (it had been published) and started again from 0.
+// Shorter than stopWait, so that a stop is still answered in time when
+// the lock stays held.
+const commitGrace = 200 * time.Millisecond
+
+// graceContext returns a context that ends grace after ctx does, and its
+// cancel.
+func graceContext(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return g, func() {
+		stop()
+		cancel()
+	}
+}
+
 // Bounds of a shutdown on a signal, so that it is answered within a
 // second whatever holds the daemon up: the copy gets stopWait to stop at a
 // consistent point, and recording EXITING gets exitingWait for the lock.
@@ -794,11 +816,13 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	// without its CRC. A commit changes WRITTEN only while the entry holds
 	// what this copy last recorded (or read at its start): if the library
 	// reset it or re-added the entry, its value wins and the copy stops.
+	cctx, cancel := graceContext(ctx, commitGrace)
+	defer cancel()
 	commit := func(n int64, crc uint32) error {
 		ok, stored := true, false
 		var prev int64
 		began := time.Now()
-		_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
+		_, wrote, err := d.store.UpdateContext(cctx, func(t *hashfile.Tree) error {
 			prev = j.durable.Load()
 			ok = transfer.SetWrittenFrom(t, f, prev, n)
 			if ok && n == f.Size {

@@ -208,3 +208,49 @@ func TestLibraryHoldsTheLock(t *testing.T) {
 	v = n.waitFor("DONE after the lock was released", settle, done)
 	checkFlushed(t, v, map[string][]byte{src: data})
 }
+
+// TestStopWhileTheLibraryHoldsTheLock: SIGTERM arrives while the library
+// holds the transfer file's lock, as it does for a moment at each of its
+// updates, with bytes copied and fsynced since the last commit. The lock
+// is free again 50 ms later: the daemon still records those bytes, within
+// the second a signal is answered in. Without the grace its commits get
+// after the copy is told to stop, a stop that met the lock held lost them
+// (and, when the copy had just been published, the next copy found no
+// partial copy and started again from 0).
+func TestStopWhileTheLibraryHoldsTheLock(t *testing.T) {
+	n := newNode(t)
+	src, data := n.checkpoint("a.ckpt", 8*mib)
+	n.add(src, n.dest("a.ckpt"))
+	n.library(func(tr *hashfile.Tree) {
+		transfer.SetBW(tr, slowBW)
+		transfer.SetCommand(tr, transfer.Run)
+	})
+	notes := notifySocket(t, filepath.Join(n.root, "notify.sock"))
+	d := n.startEnv([]string{"NOTIFY_SOCKET=" + filepath.Join(n.root, "notify.sock")}, "--sync-interval=100ms", "--reread=200ms")
+	before := n.waitFor("bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 }).Files[0].Written
+
+	release := holdTransferLock(t, n.transfer)
+	// The copy goes on and waits to commit what it made durable since.
+	awaitNote(t, notes, "STATUS= saying the daemon waits for the lock", func(m string) bool {
+		return strings.Contains(m, "waiting for the transfer-file lock held since")
+	})
+	sent := time.Now()
+	d.signal(syscall.SIGTERM)
+	time.Sleep(50 * time.Millisecond) // the library's update takes a moment more
+	release()
+	code := d.wait(settle)
+	took := time.Since(sent)
+	t.Logf("SIGTERM answered in %v", took)
+	if code != 0 {
+		t.Fatalf("exit code %d on SIGTERM", code)
+	}
+	if took > time.Second {
+		t.Fatalf("SIGTERM answered after %v, want within 1 s", took)
+	}
+	f := n.view().Files[0]
+	durablePrefixOK(t, f, data)
+	t.Logf("WRITTEN %d before the lock was taken, %d after SIGTERM", before, f.Written)
+	if f.Written <= before {
+		t.Fatalf("WRITTEN %d after SIGTERM, %d before the lock was taken: the bytes made durable meanwhile were not recorded", f.Written, before)
+	}
+}
