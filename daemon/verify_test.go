@@ -190,12 +190,15 @@ func TestVerificationOnResume(t *testing.T) {
 }
 
 // TestSmallSourceIsReadOnce copies small sources with verification and
-// counts the read system calls the process makes meanwhile
-// (/proc/self/io): a source that fits one piece of the copy is read by a
-// single read, which the check and the copy share, where the check used
-// to read the file's structure through a descriptor of its own first (a
-// plain 64 KiB file took five reads). The copy runs in a child process of
-// its own, so that no other test's goroutines read anything meanwhile.
+// counts the bytes the process reads meanwhile (rchar in /proc/self/io):
+// a source that fits one piece of the copy is read once, by one read that
+// the check and the copy share, where the check used to read the file's
+// structure through a descriptor of its own first (a plain 64 KiB file
+// was read twice over, an FTI-FF file's last 64 KiB twice). The copy runs
+// in a child process of its own, so that no other test reads anything
+// meanwhile; the Go runtime's own reads (its poller's eventfd, the
+// cgroup's CPU limit), in the copy or in taking the count, are a few
+// bytes, within the slack.
 func TestSmallSourceIsReadOnce(t *testing.T) {
 	if os.Getenv("SCR_TEST_READ_ONCE") == "" {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestSmallSourceIsReadOnce$", "-test.v")
@@ -236,12 +239,13 @@ func TestSmallSourceIsReadOnce(t *testing.T) {
 			job := flush.Job{Src: src, Dst: dst, Size: int64(len(data)), SrcRoot: dir,
 				Verify: &checkpointVerifier{path: src, root: dir}}
 			c := flush.NewCopier(nil, flush.Options{})
-			s0 := readCalls(t)
-			s1 := readCalls(t) // what taking a count costs
+			s0 := bytesRead(t)
+			s1 := bytesRead(t) // what taking a count costs
 			res, err := c.Copy(t.Context(), job, nil)
-			s2 := readCalls(t)
-			if reads := s2 - s1 - (s1 - s0); reads != 1 {
-				t.Errorf("%d read system calls for a source of %d bytes, want 1", reads, len(data))
+			s2 := bytesRead(t)
+			const slack = 1 << 10
+			if read := s2 - s1 - (s1 - s0); read <= int64(len(data))-slack || read >= int64(len(data))+slack {
+				t.Errorf("%d bytes read for a source of %d bytes, want it read once", read, len(data))
 			}
 			if tc.code != "" {
 				var fe *cache.FormatError
@@ -271,15 +275,15 @@ func sample(sub, name string) func(*testing.T) []byte {
 	}
 }
 
-// readCalls returns the read system calls this process has made
-// (syscr in /proc/self/io).
-func readCalls(t *testing.T) int64 {
+// bytesRead returns the bytes this process has read (rchar in
+// /proc/self/io).
+func bytesRead(t *testing.T) int64 {
 	raw, err := os.ReadFile("/proc/self/io")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "syscr:"); ok {
+		if v, ok := strings.CutPrefix(line, "rchar:"); ok {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -287,6 +291,6 @@ func readCalls(t *testing.T) int64 {
 			return n
 		}
 	}
-	t.Fatal("no syscr in /proc/self/io")
+	t.Fatal("no rchar in /proc/self/io")
 	return 0
 }
