@@ -40,6 +40,7 @@ import (
 type Batch struct {
 	t        *Throttle
 	syncEach bool
+	wb       *Writeback // nil: none
 	// named makes every partial copy named, as on a file system without
 	// O_TMPFILE (Lustre, GPFS and NFS among them), so that the tests
 	// run that path on any file system.
@@ -96,11 +97,18 @@ func (b *Batch) openDir(dir, root, who string) (int, error) {
 	return fd, nil
 }
 
+// SetWriteback has w start the write-back of the Batch's small copies as
+// they are held; w may be shared with other Batches.
+func (b *Batch) SetWriteback(w *Writeback) { b.wb = w }
+
 // hold takes over a completed copy: its descriptors are the Batch's now.
 func (b *Batch) hold(r *run) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.held = append(b.held, r)
+	b.mu.Unlock()
+	if r.tempSize < kickHeld && !b.syncEach && b.t.unlimited() {
+		b.wb.held(r.tmp, r.tempSize)
+	}
 }
 
 // Held returns the number of copies waiting for Sync.
