@@ -161,7 +161,7 @@ func (b *bench) manyRound(n int, size int64, runs int) (cp, daemon time.Duration
 		}
 		// Poll gently: the raw bytes, without the lock the daemon needs,
 		// until FLAG DONE shows in them; then a locked read decides.
-		if err := b.waitForDone(5*time.Millisecond, 2*time.Hour); err != nil {
+		if err := b.waitForDone(time.Millisecond, 2*time.Hour); err != nil {
 			return 0, 0, err
 		}
 		ds = append(ds, time.Since(start))
@@ -181,7 +181,9 @@ func (b *bench) manyRound(n int, size int64, runs int) (cp, daemon time.Duration
 // time from the daemon it measures (on two CPUs, a read of the 2000-entry
 // file every 5 ms took about a tenth of the daemon's CPU time; cp has no
 // such neighbour). Reads are at least every apart, and ten times as long
-// as a read took, so the reader never takes more than a tenth of a CPU.
+// as a read took, so the reader never takes more than a tenth of a CPU;
+// as they follow the daemon's rewrites (a few per flush), every can be
+// short, and the time to see DONE with it.
 func (b *bench) waitForDone(every, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
