@@ -379,7 +379,7 @@ func (r *run) openSource() error {
 // the copy writes them, so the source is read once and by one system call.
 func (r *run) readWhole() error {
 	size := r.job.Size
-	if r.job.Written != 0 || !r.seg.whole || r.seg.explicit || size <= 0 || size > int64(r.c.t.chunkSize(len(r.c.buf))) {
+	if r.job.Written != 0 || !r.seg.whole || size <= 0 || size > int64(r.c.t.chunkSize(len(r.c.buf))) {
 		return nil
 	}
 	if err := r.w.waitBytes(r.ctx, int(size)); err != nil {
