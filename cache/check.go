@@ -23,10 +23,10 @@ import (
 // A Check's methods are called from one goroutine; the inspection runs in
 // another, which Wait and Close end.
 type Check struct {
-	cancel context.CancelFunc
-	feed   *feed
-	ready  chan struct{} // closed once the inspection waits for data or ended
-	done   chan struct{} // closed once the inspection ended
+	cancel context.CancelFunc // nil without a feed
+	feed   *feed              // nil when the verdict came from the structure alone
+	ready  chan struct{}      // closed once the inspection waits for data or ended
+	done   chan struct{}      // closed once the inspection ended
 	rep    *Report
 	err    error
 	closed bool // chunks channel closed
@@ -41,13 +41,13 @@ type Check struct {
 // verdict is already known (a corrupt structure, or a kind without hashes,
 // such as a SIONlib container whose data ranges the copy needs first).
 func StartCheck(ctx context.Context, f io.ReaderAt, size int64, path string, o Options) *Check {
-	ctx, cancel := context.WithCancel(ctx)
-	c := &Check{cancel: cancel, ready: make(chan struct{}), done: make(chan struct{}), size: size}
+	c := &Check{size: size}
 	s := &source{ctx: ctx, pace: o.Pace, r: readerOf(f, size), size: size, path: path, bufs: o.Buffers}
 	fsys, done := o.fsys()
 	// The kind is found here, from the structure alone. A plain file, most
 	// of what a flush carries, has nothing to hash: its verdict is in
-	// without a goroutine for the inspection.
+	// without a goroutine, a context or channels for the inspection (a
+	// Check without a feed).
 	kind, err := Kind(""), ctx.Err()
 	if err == nil {
 		kind, err = detect(s)
@@ -59,11 +59,11 @@ func StartCheck(ctx context.Context, f io.ReaderAt, size int64, path string, o O
 		} else {
 			c.err = err
 		}
-		c.feed = &feed{ctx: ctx, chunks: make(chan chunk), free: make(chan []byte)}
-		close(c.done)
-		close(c.ready)
 		return c
 	}
+	ctx, c.cancel = context.WithCancel(ctx)
+	s.ctx = ctx
+	c.ready, c.done = make(chan struct{}), make(chan struct{})
 	c.feed = &feed{
 		ctx:    ctx,
 		chunks: make(chan chunk, feedDepth),
@@ -93,6 +93,9 @@ const feedDepth = 2
 // Early returns the verdict if the inspection already reached it without
 // any data from Feed; done is false while it waits for data.
 func (c *Check) Early() (rep *Report, err error, done bool) {
+	if c.feed == nil {
+		return c.rep, c.err, true
+	}
 	select {
 	case <-c.done:
 		return c.rep, c.err, true
@@ -117,6 +120,9 @@ func (c *Check) Feed(off int64, p []byte) error {
 		return fmt.Errorf("%w: %d bytes at %d after %d, size %d", errFeedOrder, len(p), off, c.last, c.size)
 	}
 	c.last = off + int64(len(p))
+	if c.feed == nil {
+		return c.err
+	}
 	var b []byte
 	select {
 	case b = <-c.feed.free:
@@ -139,17 +145,23 @@ func (c *Check) Wait() (*Report, error) {
 	c.wait.Do(func() {
 		if !c.closed {
 			c.closed = true
-			close(c.feed.chunks)
+			if c.feed != nil {
+				close(c.feed.chunks)
+			}
 		}
 	})
-	<-c.done
+	if c.feed != nil {
+		<-c.done
+	}
 	return c.rep, c.err
 }
 
 // Close abandons the inspection if it is still running and waits for it to
 // end. It is safe after Wait.
 func (c *Check) Close() {
-	c.cancel()
+	if c.cancel != nil {
+		c.cancel()
+	}
 	c.Wait()
 }
 
