@@ -70,14 +70,40 @@ func (b *Batch) createAnon(dir int) (int, error) {
 // an unnamed file without CAP_DAC_READ_SEARCH.
 func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
+// linkTemp links the unnamed partial copy at name in its directory. It
+// links the descriptor itself (AT_EMPTY_PATH) where the kernel allows it,
+// as it does a process with CAP_DAC_READ_SEARCH (the daemon run as root),
+// else through its /proc/self/fd link, a path walk through procfs for
+// every file. A Copier that was refused once links through /proc from then
+// on.
+func (r *run) linkTemp(name string) error {
+	viaProc := func() error {
+		return retry(func() error {
+			return unix.Linkat(unix.AT_FDCWD, procFD(r.tmp), r.dir, name, unix.AT_SYMLINK_FOLLOW)
+		})
+	}
+	if r.c.procLink.Load() {
+		return viaProc()
+	}
+	err := retry(func() error { return unix.Linkat(r.tmp, "", r.dir, name, unix.AT_EMPTY_PATH) })
+	if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	// Refused, or a real ENOENT (the directory removed), which the link
+	// through /proc reports too.
+	if err := viaProc(); err != nil {
+		return err
+	}
+	r.c.procLink.Store(true)
+	return nil
+}
+
 // linkAnon gives the durable unnamed partial copy its final name. When
 // DESTINATION exists, the copy takes its partial copy's name and is renamed
 // over it, so that DESTINATION is replaced in one step as by a named
 // partial copy.
 func (r *run) linkAnon() error {
-	err := retry(func() error {
-		return unix.Linkat(unix.AT_FDCWD, procFD(r.tmp), r.dir, r.base, unix.AT_SYMLINK_FOLLOW)
-	})
+	err := r.linkTemp(r.base)
 	if err == nil {
 		return nil
 	}
@@ -98,11 +124,7 @@ func (r *run) linkAnon() error {
 // batch's file is copied from 0) and is removed first; one another writer
 // holds is left alone and the copy fails, to be tried again.
 func (r *run) nameAnon() error {
-	link := func() error {
-		return retry(func() error {
-			return unix.Linkat(unix.AT_FDCWD, procFD(r.tmp), r.dir, r.tmpName, unix.AT_SYMLINK_FOLLOW)
-		})
-	}
+	link := func() error { return r.linkTemp(r.tmpName) }
 	// Locked before it has a name, so that no other writer can take it
 	// for a stale partial copy.
 	if err := r.lockTemp(); err != nil {

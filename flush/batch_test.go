@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestBatchHoldsUntilSync: a copy completed into a Batch is checked but
@@ -410,6 +412,52 @@ func TestBatchNamedPartialCopies(t *testing.T) {
 				if _, err := os.Stat(TempPath(dsts[i])); !errors.Is(err, os.ErrNotExist) {
 					t.Errorf("copy %d: a partial copy is left (%v)", i, err)
 				}
+			}
+		})
+	}
+}
+
+// TestLinkTemp: an unnamed partial copy is linked under its name with its
+// bytes, whether the Copier links the descriptor itself or, once that was
+// refused, goes through /proc; an existing name is not replaced (EEXIST,
+// which linkAnon answers by renaming over it). A process the kernel lets
+// link a descriptor (root, or any process on Linux 6.10 and later) never
+// falls back to /proc.
+func TestLinkTemp(t *testing.T) {
+	for _, viaProc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("viaProc=%v", viaProc), func(t *testing.T) {
+			dir := t.TempDir()
+			dfd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+			mustOK(t, err)
+			defer syscall.Close(dfd)
+			tmp, err := unix.Open(dir, unix.O_RDWR|unix.O_TMPFILE, 0o644)
+			if err != nil {
+				t.Skipf("no O_TMPFILE here: %v", err)
+			}
+			defer syscall.Close(tmp)
+			data := randBytes(5000, 7)
+			if _, err := syscall.Pwrite(tmp, data, 0); err != nil {
+				t.Fatal(err)
+			}
+			c := NewCopier(nil, Options{})
+			c.procLink.Store(viaProc)
+			r := &run{c: c, tmp: tmp, dir: dfd}
+			mustOK(t, r.linkTemp("a"))
+			if got, err := os.ReadFile(filepath.Join(dir, "a")); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("linked file: %d bytes, %v; want the %d bytes written", len(got), err, len(data))
+			}
+			writeFile(t, filepath.Join(dir, "b"), []byte("other"))
+			if err := r.linkTemp("b"); !errors.Is(err, syscall.EEXIST) {
+				t.Errorf("linking over an existing name: %v, want EEXIST", err)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, "b")); string(got) != "other" {
+				t.Errorf("the existing name now holds %q", got)
+			}
+			var uts unix.Utsname
+			mustOK(t, unix.Uname(&uts))
+			release := unix.ByteSliceToString(uts.Release[:])
+			if !viaProc && (os.Geteuid() == 0 || kernelAtLeast(release, 6, 10)) && c.procLink.Load() {
+				t.Errorf("linking the descriptor was given up on (root %v, kernel %s)", os.Geteuid() == 0, release)
 			}
 		})
 	}

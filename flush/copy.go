@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -147,6 +148,9 @@ type Copier struct {
 	timer  *time.Timer
 	work   Work    // the throttle's account of the copy under way
 	ranges []Range // scratch for a Job's normalized Ranges
+	// procLink is set once linking a descriptor (AT_EMPTY_PATH) was
+	// refused: unnamed partial copies are then linked through /proc.
+	procLink atomic.Bool
 }
 
 // NewCopier returns a Copier throttled by t (nil: no limits) and tuned by o.
