@@ -52,7 +52,10 @@ func (d *daemon) batchable(f transfer.File) bool {
 // files after it, up to maxGroups groups (maxGroups × SyncBytes, and
 // maxGroups × batchFiles files).
 func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
-	var files []transfer.File
+	// Room for the largest batch up front: growing the slice a file at a
+	// time copied it a dozen times at 2000 files (about 2 ms, most of it
+	// faulting in fresh pages).
+	files := make([]transfer.File, 0, min(len(v.Files), maxGroups*d.batchFiles))
 	var bytes int64
 	for _, f := range v.Files {
 		if f.Problem != nil || !f.Pending() {
