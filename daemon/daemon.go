@@ -408,7 +408,8 @@ func (d *daemon) ownChange() bool {
 // what must be recorded, and then starts or stops the copy to match.
 func (d *daemon) sync(first bool) {
 	// Before the read: a version someone else wrote that an update of the
-	// copy reads from here on makes the next notification count.
+	// copy reads from here on makes the next notification count. Once the
+	// update succeeded, what it read itself no longer does (seen, below).
 	d.others = d.store.Others()
 	if !d.cfg.Insecure {
 		if err := checkControlDir(filepath.Dir(d.cfg.TransferFile), d.cfg.StrictModes); err != nil {
@@ -423,8 +424,12 @@ func (d *daemon) sync(first bool) {
 	began := time.Now()
 	var flushBegan, flushEnded time.Time // the flush recorded as begun, ended
 	var locked time.Time
+	var seen uint64 // store.Others() as this update read the file
 	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
 		locked = time.Now()
+		// The Store runs one Read or Update at a time: no update of the
+		// copy can find a change between this one's read and here.
+		seen = d.store.Others()
 		v = d.readView(t)
 		if first && leftoverExit(v) {
 			t.Unset(transfer.KeyCommand)
@@ -481,6 +486,10 @@ func (d *daemon) sync(first bool) {
 		}
 		return
 	}
+	// The version this update found, someone else's or not, is the loop's
+	// to look at now, not a change still to see: the notification of the
+	// write that answers it must not make the loop read the file back.
+	d.others = seen
 	d.log.Debug("transfer file read under its lock", zap.Duration("lock_wait", locked.Sub(began)),
 		zap.Duration("held", time.Since(locked)), zap.Bool("wrote", wrote), zap.String("command", string(v.Command)),
 		zap.Int("files", len(v.Files)))

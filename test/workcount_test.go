@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -56,4 +57,35 @@ func (n *node) smallFilesToRun(count, size int) map[string][]byte {
 		transfer.SetCommand(tr, transfer.Run)
 	})
 	return data
+}
+
+// TestOwnWritesAreNotReadBack: the daemon's loop reads the transfer file
+// when it changes, but not when the change is its own. A read that found
+// the library's update (COMMAND RUN and the files, in one update as the
+// library writes them) and answered it (STATE RUNNING) must not count as
+// a change the loop has yet to see: that read back the whole file, under
+// its lock, right as the copy began. With notifications the only trigger
+// (poll and re-read an hour apart), every read of the loop during a flush
+// must then be one that rewrote the file, for something new.
+func TestOwnWritesAreNotReadBack(t *testing.T) {
+	n := newNode(t)
+	d := n.start("--log-level=debug", "--poll=1h", "--reread=1h")
+	n.waitFor("STOPPED", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
+	data := n.smallFilesToRun(50, 1024)
+	v := n.waitFor("DONE", settle, done)
+	checkFlushed(t, v, data)
+	d.waitLog("flush complete: FLAG DONE set", settle)
+	reads := 0
+	for line := range strings.Lines(d.log.String()) {
+		if !strings.Contains(line, "transfer file read under its lock") {
+			continue
+		}
+		reads++
+		if strings.Contains(line, `"wrote": false`) {
+			t.Errorf("the loop read the transfer file back with nothing new in it:\n%s", line)
+		}
+	}
+	if reads < 2 {
+		t.Errorf("%d reads of the transfer file logged; RUN and DONE need at least 2", reads)
+	}
 }
