@@ -23,27 +23,34 @@ import (
 // locked update of a transfer file that size, and the daemon's peak RSS.
 func (b *bench) manyFiles() error {
 	fmt.Printf("## Many files: scr-transferd (default settings) vs cp -r + sync (median of %d; sources in page cache)\n\n", b.c.runs)
-	fmt.Println("| files | cp -r + sync files/s | MB/s | scr-transferd files/s | MB/s | vs cp |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	fmt.Println("| files | cp -r + sync files/s | MB/s | scr-transferd files/s | MB/s | vs cp | durable floor files/s | floor vs cp |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range []struct {
-		n    int
-		size int64
-	}{{2000, 64 << 10}, {200, 4 << 20}} {
-		cp, daemon, err := b.manyRound(s.n, s.size, b.c.runs)
+		n     int
+		size  int64
+		floor bool
+	}{{2000, 64 << 10, true}, {200, 4 << 20, false}} {
+		cp, daemon, floor, err := b.manyRound(s.n, s.size, b.c.runs, s.floor)
 		if err != nil {
 			return err
 		}
 		total := int64(s.n) * s.size
-		fmt.Printf("| %d × %s | %.0f | %.0f | %.0f | %.0f | %.2f× |\n", s.n, sizeText(s.size),
-			float64(s.n)/cp.Seconds(), mbps(total, cp), float64(s.n)/daemon.Seconds(), mbps(total, daemon), cp.Seconds()/daemon.Seconds())
+		fl := "– | –" // not measured, or no unnamed files on this file system
+		if floor > 0 {
+			fl = fmt.Sprintf("%.0f | %.2f×", float64(s.n)/floor.Seconds(), cp.Seconds()/floor.Seconds())
+		}
+		fmt.Printf("| %d × %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %s |\n", s.n, sizeText(s.size),
+			float64(s.n)/cp.Seconds(), mbps(total, cp), float64(s.n)/daemon.Seconds(), mbps(total, daemon), cp.Seconds()/daemon.Seconds(), fl)
 	}
+	fmt.Println()
+	fmt.Println("The durable floor is the least a copy of small files making the daemon's promise does: one thread, each file into an unnamed file, the write-back started every 8 MiB, one syncfs for the data, a link per file, one syncfs for the names; no check, CRC or transfer file.")
 	fmt.Println()
 	fmt.Println("| entries of 1 KiB | transfer file | cp -r + sync | scr-transferd RUN to DONE | vs cp | one locked update | daemon peak RSS |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, n := range b.c.entries {
 		// Every count gets its median, 100k too: on a virtual disk one
 		// run of cp -r + sync of 100k files took from 5 to 20 s.
-		cp, daemon, err := b.manyRound(n, 1<<10, b.c.runs)
+		cp, daemon, _, err := b.manyRound(n, 1<<10, b.c.runs, false)
 		if err != nil {
 			return err
 		}
@@ -83,23 +90,24 @@ func sizeText(n int64) string {
 }
 
 // manyRound creates n files of size bytes and returns the median time of
-// cp -r + sync and of a fresh daemon's flush of them (RUN to DONE). The
-// daemon is left running, its transfer file listing the n files.
-func (b *bench) manyRound(n int, size int64, runs int) (cp, daemon time.Duration, err error) {
+// cp -r + sync and of a fresh daemon's flush of them (RUN to DONE), and
+// with floor the median time of durableFloor's copy of them. The daemon is
+// left running, its transfer file listing the n files.
+func (b *bench) manyRound(n int, size int64, runs int, floor bool) (cp, daemon, floorTime time.Duration, err error) {
 	src := filepath.Join(b.cache, fmt.Sprintf("many-%d-%d", n, size))
 	if err := os.MkdirAll(src, 0o755); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer os.RemoveAll(src)
 	paths := make([]string, n)
 	for i := range paths {
 		paths[i] = filepath.Join(src, fmt.Sprintf("rank%06d.ckpt", i))
 		if err := os.WriteFile(paths[i], pattern(i, size), 0o644); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
 	if _, err := timeCmd("sync"); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	warmAll := func() error {
 		for _, p := range paths {
@@ -121,55 +129,80 @@ func (b *bench) manyRound(n int, size int64, runs int) (cp, daemon time.Duration
 			_ = os.RemoveAll(d)
 		}
 	}()
-	var cps, ds []time.Duration
+	var cps, ds, fs []time.Duration
 	for r := range runs {
 		dst := filepath.Join(b.pfs, fmt.Sprintf("cp-many-%d", r))
 		dirs = append(dirs, dst)
 		if err := warmAll(); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		t1, err := timeCmd("cp", "-r", src, dst)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		t2, err := timeCmd("sync")
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		cps = append(cps, t1+t2)
 
+		if floor {
+			if err := warmAll(); err != nil {
+				return 0, 0, 0, err
+			}
+			dst := filepath.Join(b.pfs, fmt.Sprintf("floor-many-%d", r))
+			dirs = append(dirs, dst)
+			t, err := durableFloor(paths, dst)
+			switch {
+			case errors.Is(err, errNoFloor):
+				floor = false
+			case err != nil:
+				return 0, 0, 0, fmt.Errorf("durable floor: %w", err)
+			default:
+				fs = append(fs, t)
+			}
+		}
+
 		if err := warmAll(); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		dst = filepath.Join(b.pfs, fmt.Sprintf("daemon-many-%d", r))
 		dirs = append(dirs, dst)
 		if err := b.startDaemon(); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
+		// As the SCR library starts a flush (SCR 1.2.2, see the protocol's
+		// section 5): the files and COMMAND RUN in one locked update, which
+		// the time includes.
+		start := time.Now()
 		_, _, err = b.store.Update(func(t *hashfile.Tree) error {
 			for _, p := range paths {
 				transfer.AddFile(t, p, filepath.Join(dst, filepath.Base(p)), size)
 			}
+			transfer.SetCommand(t, transfer.Run)
 			return nil
 		})
 		if err != nil {
-			return 0, 0, err
-		}
-		start := time.Now()
-		if _, _, err := b.store.Update(func(t *hashfile.Tree) error { transfer.SetCommand(t, transfer.Run); return nil }); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		// Poll gently: the raw bytes, without the lock the daemon needs,
 		// until FLAG DONE shows in them; then a locked read decides.
 		if err := b.waitForDone(time.Millisecond, 2*time.Hour); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		ds = append(ds, time.Since(start))
 		// Each run on standard error: the spread behind the median.
-		fmt.Fprintf(os.Stderr, "bench: %d × %s, run %d: cp -r + sync %.3f s, scr-transferd %.3f s\n",
-			n, sizeText(size), r+1, cps[r].Seconds(), ds[r].Seconds())
+		var fl string
+		if floor && r < len(fs) {
+			fl = fmt.Sprintf(", durable floor %.3f s", fs[r].Seconds())
+		}
+		fmt.Fprintf(os.Stderr, "bench: %d × %s, run %d: cp -r + sync %.3f s, scr-transferd %.3f s%s\n",
+			n, sizeText(size), r+1, cps[r].Seconds(), ds[r].Seconds(), fl)
 	}
-	return median(cps), median(ds), nil
+	if len(fs) > 0 {
+		floorTime = median(fs)
+	}
+	return median(cps), median(ds), floorTime, nil
 }
 
 // waitForDone waits until the daemon has set FLAG DONE with no file
