@@ -258,8 +258,10 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 				sub := j.subs[i]
 				sub.started, sub.batch, sub.copier = time.Now(), g.b, c
 				f := sub.file
-				d.log.Log(sub.level(), "copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
-					logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
+				if ce := d.log.Check(sub.level(), "copy"); ce != nil {
+					ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest),
+						logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
+				}
 				r := result{job: sub}
 				before := sub.durable.Load()
 				r.res, r.warnings, r.err = d.copyFile(ctx, sub)
