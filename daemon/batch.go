@@ -50,12 +50,13 @@ func (d *daemon) batchable(f transfer.File) bool {
 // pickBatch returns the files to copy next, in the transfer file's order:
 // the first pending file alone when it is large, else the pending small
 // files after it, up to maxGroups groups (maxGroups × SyncBytes, and
-// maxGroups × batchFiles files).
+// maxGroups × groupFiles(1) files).
 func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
 	// Room for the largest batch up front: growing the slice a file at a
 	// time copied it a dozen times at 2000 files (about 2 ms, most of it
 	// faulting in fresh pages).
-	files := make([]transfer.File, 0, min(len(v.Files), maxGroups*d.batchFiles))
+	most := maxGroups * d.groupFiles(1)
+	files := make([]transfer.File, 0, min(len(v.Files), most))
 	var bytes int64
 	for _, f := range v.Files {
 		if f.Problem != nil || !f.Pending() {
@@ -72,22 +73,37 @@ func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
 		}
 		files = append(files, f)
 		bytes += f.Size
-		if len(files) == maxGroups*d.batchFiles || bytes >= maxGroups*d.cfg.Flush.SyncBytes {
+		if len(files) == most || bytes >= maxGroups*d.cfg.Flush.SyncBytes {
 			break
 		}
 	}
 	return files
 }
 
-// batchFiles is the most files a group of a batch takes, given the soft
-// limit on open descriptors: two per held copy at worst, two groups held
-// at once, with room left for the rest of the daemon.
+// batchFiles is the most files a group of a batch takes when two groups
+// are held at once (groups that overlap), given the soft limit on open
+// descriptors: two per held copy at worst, with room left for the rest of
+// the daemon.
 func batchFiles() int {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
 		return maxBatchFiles
 	}
 	return int(min(maxBatchFiles, max(16, (int64(lim.Cur)-256)/4)))
+}
+
+// groupFiles is the most files a group takes when held groups are held at
+// once: batchFiles for two, twice as many (within maxBatchFiles) for one.
+// Groups of tiny files, which do not overlap, are then as large as the
+// descriptors allow: each group is one rewrite of the transfer file, which
+// at 100,000 entries is a 21 MB image (about 90 ms here), and under a low
+// RLIMIT_NOFILE (20000 here, 4096 under many schedulers) groups of
+// batchFiles files made twice as many of them.
+func (d *daemon) groupFiles(held int) int {
+	if held >= 2 {
+		return d.batchFiles
+	}
+	return min(maxBatchFiles, 2*d.batchFiles)
 }
 
 // startBatch starts the worker on several small files.
@@ -155,15 +171,15 @@ type group struct {
 }
 
 // groupEnds returns where each group of subs ends: a group closes once it
-// holds SyncBytes, or batchFiles files.
-func (d *daemon) groupEnds(subs []*job) []int {
+// holds SyncBytes, or files files.
+func (d *daemon) groupEnds(subs []*job, files int) []int {
 	var ends []int
 	var bytes int64
 	n := 0
 	for i, sub := range subs {
 		bytes += sub.file.Size - min(sub.file.Written, sub.file.Size)
 		n++
-		if bytes >= d.cfg.Flush.SyncBytes || n == d.batchFiles {
+		if bytes >= d.cfg.Flush.SyncBytes || n == files {
 			ends = append(ends, i+1)
 			bytes, n = 0, 0
 		}
@@ -183,7 +199,6 @@ func (d *daemon) groupEnds(subs []*job) []int {
 // per file taken up.
 func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	interval := d.cfg.Flush.SyncInterval
-	ends := d.groupEnds(j.subs)
 	// held is how many groups may be held at once: the one being copied,
 	// and the one before it being made durable when they overlap.
 	held := 1
@@ -192,6 +207,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		held = 2
 		wb = flush.NewWriteback()
 	}
+	ends := d.groupEnds(j.subs, d.groupFiles(held))
 	results := make([]result, len(j.subs))
 	handed := make(chan *group, len(ends)) // groups taken in full, in order
 

@@ -51,15 +51,23 @@ func TestPickBatchUnderDefaultOptions(t *testing.T) {
 // before the one two before it is recorded. Groups of 1 KiB files do not
 // overlap: each begins once the one before is recorded. Either way every
 // file ends complete, recorded, and equal to its source.
+//
+// The descriptors bound a group too (batchFiles, two per held copy): groups
+// of 64 KiB files, two of them held at once, take batchFiles files; groups
+// of 1 KiB files, held one at a time, twice as many.
 func TestBatchGroupsOverlap(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		size    int
-		files   int
-		overlap bool
+		name       string
+		size       int
+		files      int
+		overlap    bool
+		batchFiles int
+		perGroup   int // files of a group: four by SyncBytes, or as the descriptors allow
 	}{
-		{"64 KiB files", 64 << 10, 12, true},
-		{"1 KiB files", 1 << 10, 12, false},
+		{"64 KiB files", 64 << 10, 12, true, 16, 4},
+		{"1 KiB files", 1 << 10, 12, false, 16, 4},
+		{"64 KiB files, few descriptors", 64 << 10, 6, true, 2, 2},
+		{"1 KiB files, few descriptors", 1 << 10, 12, false, 2, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -88,12 +96,12 @@ func TestBatchGroupsOverlap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Groups of four files each.
+			// Groups of four files each, or fewer where batchFiles bounds them.
 			cfg := Config{TransferFile: tf, Streams: 1, Flush: flush.Options{SyncBytes: 4 * int64(tc.size)}}
 			cfg.setDefaults()
 			th := flush.NewThrottle()
 			d := &daemon{cfg: cfg, log: cfg.Log, store: store, throttle: th, copier: flush.NewCopier(th, cfg.Flush),
-				beat: NewHeartbeat(0), batchFiles: 16, results: make(chan result, 1)}
+				beat: NewHeartbeat(0), batchFiles: tc.batchFiles, results: make(chan result, 1)}
 			d.copiers = []*flush.Copier{d.copier}
 
 			held := 1
@@ -146,8 +154,8 @@ func TestBatchGroupsOverlap(t *testing.T) {
 			for _, p := range problems {
 				t.Error(p)
 			}
-			if len(recorded) != 3 {
-				t.Errorf("%d groups recorded, want 3", len(recorded))
+			if want := tc.files / tc.perGroup; len(recorded) != want {
+				t.Errorf("%d groups recorded, want %d of %d files", len(recorded), want, tc.perGroup)
 			}
 			mu.Unlock()
 			for _, r := range res.batch {
