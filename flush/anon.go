@@ -19,8 +19,9 @@ import (
 // DESTINATION exists already, linkat cannot replace it: the copy then takes
 // its partial copy's name and is renamed over DESTINATION, as a named
 // partial copy is. File systems without O_TMPFILE, and a process without
-// /proc (which linkat of an unnamed file goes through), get named partial
-// copies.
+// /proc, get named partial copies: linkat of an unnamed file goes through
+// /proc/self/fd wherever the kernel does not let the process link the
+// descriptor itself (see linkTemp), and only the link can tell.
 
 // errNoAnon reports that unnamed partial copies cannot be used here.
 var errNoAnon = errors.New("no unnamed files in this directory")
