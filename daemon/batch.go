@@ -155,7 +155,9 @@ type groupEvent int
 
 const (
 	groupOpened    groupEvent = iota // its first file is taken
-	groupRecording                   // its copies are done: made durable and recorded next
+	groupSyncing                     // its copies are done: made durable and published next
+	groupDurable                     // durable and published: recorded next
+	groupRecording                   // its record begins
 	groupRecorded                    // recorded
 )
 
@@ -166,8 +168,11 @@ type group struct {
 	first  int       // its first file, an index into the batch's subs
 	end    int       // one past its last; final once it is handed over
 	opened time.Time // when its first file was taken
-	copies sync.WaitGroup
-	synced chan struct{} // closed once made durable and recorded
+	// copied and durable: when its copies were done, and when it was
+	// made durable and published.
+	copied, durable time.Time
+	copies          sync.WaitGroup
+	synced          chan struct{} // closed once made durable and recorded
 }
 
 // groupEnds returns where each group of subs ends: a group closes once it
@@ -211,12 +216,28 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	results := make([]result, len(j.subs))
 	handed := make(chan *group, len(ends)) // groups taken in full, in order
 
+	// Each group is made durable, then recorded, in order, by two
+	// goroutines: the next group's sync need not wait for the record of
+	// the one before (a rewrite of the whole transfer file and its fsync,
+	// 5 to 15 ms at 2000 entries).
 	var out []result
+	durable := make(chan *group, len(ends))
+	go func() {
+		defer close(durable)
+		for g := range handed {
+			g.copies.Wait()
+			d.groupEvent(groupSyncing, g.index)
+			g.copied = time.Now()
+			_ = g.b.Sync(ctx)
+			g.durable = time.Now()
+			d.groupEvent(groupDurable, g.index)
+			durable <- g
+		}
+	}()
 	recorded := make(chan struct{})
 	go func() {
 		defer close(recorded)
-		for g := range handed {
-			g.copies.Wait()
+		for g := range durable {
 			d.groupEvent(groupRecording, g.index)
 			out = append(out, d.recordGroup(ctx, j, g, results[g.first:g.end])...)
 			d.groupEvent(groupRecorded, g.index)
@@ -309,13 +330,10 @@ func (d *daemon) groupEvent(e groupEvent, k int) {
 	}
 }
 
-// recordGroup makes the completed copies of group g durable and published
-// all at once, then records them all in one update. rs are the results of
+// recordGroup records the copies of group g, made durable and published
+// all at once by its Batch's Sync, in one update. rs are the results of
 // its files.
 func (d *daemon) recordGroup(ctx context.Context, j *job, g *group, rs []result) []result {
-	copied := time.Now()
-	_ = g.b.Sync(ctx)
-	synced := time.Now()
 	var out, done []result
 	for _, r := range rs {
 		if r.err == nil && r.res.Held {
@@ -367,8 +385,8 @@ func (d *daemon) recordGroup(ctx context.Context, j *job, g *group, rs []result)
 			d.wroteOK.Store(true)
 		}
 	}
-	d.log.Debug("batch recorded", zap.Int("files", len(done)), zap.Duration("copy", copied.Sub(g.opened)),
-		zap.Duration("sync", synced.Sub(copied)), zap.Duration("record", time.Since(synced)))
+	d.log.Debug("batch recorded", zap.Int("files", len(done)), zap.Duration("copy", g.copied.Sub(g.opened)),
+		zap.Duration("sync", g.durable.Sub(g.copied)), zap.Duration("record", time.Since(g.durable)))
 	for i := range done {
 		r := &done[i]
 		switch {

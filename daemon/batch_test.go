@@ -46,9 +46,11 @@ func TestPickBatchUnderDefaultOptions(t *testing.T) {
 
 // TestBatchGroupsOverlap: a batch is made durable and recorded group by
 // group. Groups of files of 64 KiB overlap: the next group is copied while
-// one is made durable (the test holds the first group's recording until
-// the second has begun, and fails if it never does), but no group begins
-// before the one two before it is recorded. Groups of 1 KiB files do not
+// one is made durable (the test holds the first group's sync until the
+// second has begun, and fails if it never does), and made durable while
+// the one before is recorded (the test holds the first group's record
+// until the second is durable), but no group begins before the one two
+// before it is recorded. Groups of 1 KiB files do not
 // overlap: each begins once the one before is recorded. Either way every
 // file ends complete, recorded, and equal to its source.
 //
@@ -112,6 +114,7 @@ func TestBatchGroupsOverlap(t *testing.T) {
 			recorded := map[int]bool{}
 			var problems []string
 			secondOpened := make(chan struct{})
+			secondDurable := make(chan struct{})
 			d.onGroup = func(e groupEvent, k int) {
 				switch e {
 				case groupOpened:
@@ -123,13 +126,27 @@ func TestBatchGroupsOverlap(t *testing.T) {
 					if k == 1 {
 						close(secondOpened)
 					}
-				case groupRecording:
+				case groupSyncing:
 					if k == 0 && tc.overlap {
 						select {
 						case <-secondOpened:
 						case <-time.After(30 * time.Second):
 							mu.Lock()
 							problems = append(problems, "the second group was not begun while the first was made durable")
+							mu.Unlock()
+						}
+					}
+				case groupDurable:
+					if k == 1 {
+						close(secondDurable)
+					}
+				case groupRecording:
+					if k == 0 && tc.overlap {
+						select {
+						case <-secondDurable:
+						case <-time.After(30 * time.Second):
+							mu.Lock()
+							problems = append(problems, "the second group was not made durable while the first waited to be recorded")
 							mu.Unlock()
 						}
 					}
