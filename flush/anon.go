@@ -115,7 +115,7 @@ func (r *run) linkAnon() error {
 		return err
 	}
 	if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
-		return osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
+		return r.renameFailed(err)
 	}
 	return nil
 }

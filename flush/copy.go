@@ -260,6 +260,7 @@ type run struct {
 	kicked   int64 // writeback started up to here
 	dropped  int64 // page cache dropped up to here
 
+	dirNames      dirNames // dir's entries as its Batch listed them, nil if unknown
 	dirBorrowed   bool     // dir is the Batch's, not closed with the copy
 	anon          bool     // the partial copy has no name yet (see createAnon)
 	identity      bool     // the source's identity is recorded on the partial copy
@@ -474,6 +475,7 @@ func (r *run) openTemp() error {
 			return err
 		}
 		r.dir, r.dirBorrowed = dir, true
+		r.dirNames = b.dirNames(dir)
 	} else {
 		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
 		if err != nil {
@@ -482,10 +484,12 @@ func (r *run) openTemp() error {
 		r.dir, r.newDirParents = dir, parents
 		r.dirsPending = len(parents) > 0
 	}
-	var st unix.Stat_t
-	if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		// rename(2) could not replace it: fail before copying anything.
-		return fmt.Errorf("%s: %w: it is a directory", r.dstName, unix.EISDIR)
+	if r.dirNames.mayHave(r.base) {
+		var st unix.Stat_t
+		if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			// rename(2) could not replace it: fail before copying anything.
+			return fmt.Errorf("%s: %w: it is a directory", r.dstName, unix.EISDIR)
+		}
 	}
 	w := r.job.Written
 	var why string
@@ -594,7 +598,7 @@ func (r *run) createTemp() error {
 		// copy that recorded no progress (a lone copy, or one killed before
 		// its rename over DESTINATION): it is reclaimed here, as a named
 		// copy from 0 would reclaim it, or it would outlive the flush.
-		if r.anon {
+		if r.anon && r.dirNames.mayHave(r.tmpName) {
 			if err := r.removeStalePartial(); err != nil {
 				_ = unix.Close(fd)
 				return err
@@ -1033,7 +1037,7 @@ func (r *run) publish() error {
 			dropIdentity(r.tmp)
 		}
 		if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
-			return osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
+			return r.renameFailed(err)
 		}
 	}
 	r.dirsPending = true
@@ -1049,6 +1053,18 @@ func (r *run) publish() error {
 			r.dstName, ErrDestinationMoved, r.dst, detail)
 	}
 	return nil
+}
+
+// renameFailed reports that the partial copy could not be renamed over
+// DESTINATION (a directory there, for one). A lone copy keeps it, to
+// resume; a batch's copy is made again from 0 anyway, and its partial
+// copy, named only for this rename, is removed.
+func (r *run) renameFailed(err error) error {
+	err = osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
+	if r.job.Batch != nil {
+		err = fmt.Errorf("%w%s", err, r.discardTemp())
+	}
+	return err
 }
 
 // paceDone pays for the fsyncs and the publishing work too, so the share
