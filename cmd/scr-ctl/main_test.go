@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"github.com/scr-transferd/scr-transferd/cache/cachetest"
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/transfer"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,8 +88,9 @@ type daemonProc struct {
 	exited chan error
 }
 
-// startDaemon starts the daemon on tf; it is killed at the end of the test
-// if still running, and its log is shown if the test failed.
+// startDaemon starts the daemon on tf and returns once the daemon has
+// answered in it (STATE); it is killed at the end of the test if still
+// running, and its log is shown if the test failed.
 func startDaemon(t *testing.T, tf string) *daemonProc {
 	t.Helper()
 	cmd := exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", tf)
@@ -107,6 +110,20 @@ func startDaemon(t *testing.T, tf string) *daemonProc {
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.logs.String())
 		}
+	})
+	// Ready once it has answered in the transfer file, which it creates
+	// if need be: a command given before that, on a loaded machine, could
+	// find no transfer file yet ("no such transfer file").
+	store := hashfile.NewStore(tf, hashfile.Flock)
+	pollFor(t, "the daemon to answer in "+tf, time.Minute, func() bool {
+		select {
+		case err := <-d.exited:
+			d.exited <- err
+			t.Fatalf("the daemon exited as it started (%v)", err)
+		default:
+		}
+		tree, err := store.Read()
+		return err == nil && transfer.Read(tree).State != ""
 	})
 	return d
 }
