@@ -115,6 +115,17 @@ func TestBatchGroupsOverlap(t *testing.T) {
 			var problems []string
 			secondOpened := make(chan struct{})
 			secondDurable := make(chan struct{})
+			// awaited holds the group's step until ch is closed, and notes
+			// the problem if that does not come within 30 s.
+			awaited := func(ch <-chan struct{}, problem string) {
+				select {
+				case <-ch:
+				case <-time.After(30 * time.Second):
+					mu.Lock()
+					problems = append(problems, problem)
+					mu.Unlock()
+				}
+			}
 			d.onGroup = func(e groupEvent, k int) {
 				switch e {
 				case groupOpened:
@@ -128,13 +139,7 @@ func TestBatchGroupsOverlap(t *testing.T) {
 					}
 				case groupSyncing:
 					if k == 0 && tc.overlap {
-						select {
-						case <-secondOpened:
-						case <-time.After(30 * time.Second):
-							mu.Lock()
-							problems = append(problems, "the second group was not begun while the first was made durable")
-							mu.Unlock()
-						}
+						awaited(secondOpened, "the second group was not begun while the first was made durable")
 					}
 				case groupDurable:
 					if k == 1 {
@@ -142,13 +147,7 @@ func TestBatchGroupsOverlap(t *testing.T) {
 					}
 				case groupRecording:
 					if k == 0 && tc.overlap {
-						select {
-						case <-secondDurable:
-						case <-time.After(30 * time.Second):
-							mu.Lock()
-							problems = append(problems, "the second group was not made durable while the first waited to be recorded")
-							mu.Unlock()
-						}
+						awaited(secondDurable, "the second group was not made durable while the first waited to be recorded")
 					}
 				case groupRecorded:
 					mu.Lock()
