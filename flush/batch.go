@@ -119,8 +119,7 @@ func listDir(fd int, size int64) dirNames {
 		if read += n; read > 4*listDirMax {
 			return nil // grown meanwhile: not worth finishing
 		}
-		var found []string
-		_, _, found = unix.ParseDirent(buf[:n], -1, found[:0])
+		_, _, found := unix.ParseDirent(buf[:n], -1, nil)
 		for _, name := range found {
 			names[name] = struct{}{}
 		}
@@ -136,43 +135,32 @@ func NewBatch(t *Throttle, syncEach bool) *Batch {
 
 // openDir returns the Batch's descriptor of the destination directory
 // dir (beneath root, if set), opening and creating it as a lone copy does
-// (openDir) the first time it is asked for. The descriptor stays the
-// Batch's. The checks at publishing (Sync) look the names up afresh, so a
-// directory moved after it was opened is seen then, as for a lone copy.
-func (b *Batch) openDir(dir, root, who string) (int, error) {
+// (openDir) the first time it is asked for, and the names it held then
+// (see dirNames). The descriptor stays the Batch's. The checks at
+// publishing (Sync) look the names up afresh, so a directory moved after
+// it was opened is seen then, as for a lone copy.
+func (b *Batch) openDir(dir, root, who string) (int, dirNames, error) {
 	key := root + "\x00" + dir
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, d := range b.dirs {
 		if d.key == key {
-			return d.fd, nil
+			return d.fd, d.names, nil
 		}
 	}
 	fd, parents, err := openDir(dir, root, who)
 	if err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		_ = unix.Close(fd)
-		return -1, osErr(who, "cannot stat directory "+dir, err)
+		return -1, nil, osErr(who, "cannot stat directory "+dir, err)
 	}
-	b.dirs = append(b.dirs, batchDir{fd: fd, dev: st.Dev, key: key, name: dir, names: listDir(fd, st.Size)})
+	names := listDir(fd, st.Size)
+	b.dirs = append(b.dirs, batchDir{fd: fd, dev: st.Dev, key: key, name: dir, names: names})
 	b.parents = append(b.parents, parents...)
-	return fd, nil
-}
-
-// dirNames returns the names listed when the Batch opened the directory
-// at fd, nil if it did not list them.
-func (b *Batch) dirNames(fd int) dirNames {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, d := range b.dirs {
-		if d.fd == fd {
-			return d.names
-		}
-	}
-	return nil
+	return fd, names, nil
 }
 
 // SetWriteback has w start the write-back of the Batch's small copies as

@@ -510,7 +510,7 @@ func testBatchListsDestinationDirectory(t *testing.T, named bool) {
 	if err := copyOne(0); err != nil {
 		t.Fatalf("copy 0: %v", err)
 	}
-	if b.dirNames(b.dirs[0].fd) == nil {
+	if b.dirs[0].names == nil {
 		t.Fatal("the destination directory was not listed")
 	}
 	// After the listing: another process's partial copy at f1's partial

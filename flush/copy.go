@@ -470,12 +470,11 @@ func (r *run) openTemp() error {
 	if b := r.job.Batch; b != nil {
 		// The Batch's, opened once for all its copies to that directory;
 		// the Batch makes the new directories durable.
-		dir, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
+		dir, names, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
 		if err != nil {
 			return err
 		}
-		r.dir, r.dirBorrowed = dir, true
-		r.dirNames = b.dirNames(dir)
+		r.dir, r.dirBorrowed, r.dirNames = dir, true, names
 	} else {
 		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
 		if err != nil {
