@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/filewatch"
 	"github.com/scr-transferd/scr-transferd/transfer"
+	"golang.org/x/sys/unix"
 )
 
 // manyFiles measures flushes of many files against `cp -r` of the same
@@ -214,18 +217,28 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (cp, daemon, 
 // time from the daemon it measures (on two CPUs, a read of the 2000-entry
 // file every 5 ms took about a tenth of the daemon's CPU time; cp has no
 // such neighbour). Reads are at least every apart, and ten times as long
-// as a read took, so the reader never takes more than a tenth of a CPU;
-// as they follow the daemon's rewrites (a few per flush), every can be
-// short, and the time to see DONE with it.
+// as a read took on the CPU, so the reader never takes more than a tenth
+// of a CPU; as they follow the daemon's rewrites (a few per flush), every
+// can be short, and the time to see DONE with it.
+//
+// The bound counts the reader's own CPU time (its thread's clock), not
+// the wall time of a read: on a machine the flush keeps busy, a read of a
+// quarter of a millisecond of CPU can take several milliseconds of wall
+// time while the reader waits for a CPU, and a bound of ten times that
+// held the reader back for up to 60 ms after the daemon had written DONE.
 func (b *bench) waitForDone(every, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	changed := filewatch.Watch(ctx, b.transfer, every, nil)
 	done := []byte("DONE\x00")
+	runtime.LockOSThread() // so that the thread's clock is the reader's
+	defer runtime.UnlockOSThread()
+	var raw []byte
 	for {
-		start := time.Now()
-		raw, err := os.ReadFile(b.transfer)
-		pause := max(every, 10*time.Since(start))
+		start, cpu := time.Now(), threadCPU()
+		var err error
+		raw, err = readReusing(b.transfer, raw)
+		pause := max(every, 10*(threadCPU()-cpu))
 		if err == nil && bytes.Contains(raw, done) {
 			if t, err := b.store.Read(); err == nil {
 				if v := transfer.Read(t); v.Done && !v.HasPending() {
@@ -240,6 +253,44 @@ func (b *bench) waitForDone(every, timeout time.Duration) error {
 		}
 		time.Sleep(time.Until(start.Add(pause))) // the rate bound above
 	}
+}
+
+// readReusing reads the file at path into buf's array when it is large
+// enough: a fresh buffer for each read of a large file costs the reader
+// a page fault for each of its pages.
+func readReusing(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return buf[:0], err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && int64(cap(buf)) <= fi.Size() {
+		buf = make([]byte, 0, fi.Size()+fi.Size()/8+512)
+	}
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // it grew while read
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// threadCPU returns the CPU time the calling thread has used; its caller
+// locks itself to its thread.
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 // peakRSS returns the running daemon's peak resident set (VmHWM).
