@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -264,23 +263,9 @@ func readReusing(path string, buf []byte) ([]byte, error) {
 		return buf[:0], err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err == nil && int64(cap(buf)) <= fi.Size() {
-		buf = make([]byte, 0, fi.Size()+fi.Size()/8+512)
-	}
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)] // it grew while read
-		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
+	b := bytes.NewBuffer(buf[:0])
+	_, err = b.ReadFrom(f)
+	return b.Bytes(), err
 }
 
 // threadCPU returns the CPU time the calling thread has used; its caller
