@@ -238,7 +238,7 @@ func (b *bench) waitForDone(every, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	changed := filewatch.Watch(ctx, b.transfer, every, nil)
-	done := []byte("DONE\x00")
+	done, failed := []byte("DONE\x00"), []byte("ERROR\x00")
 	runtime.LockOSThread() // so that the thread's clock is the reader's
 	defer runtime.UnlockOSThread()
 	var raw []byte
@@ -247,10 +247,19 @@ func (b *bench) waitForDone(every, timeout time.Duration) error {
 		var err error
 		raw, err = readReusing(b.transfer, raw)
 		pause := max(every, 10*(threadCPU()-cpu))
-		if err == nil && bytes.Contains(raw, done) {
+		if err == nil && (bytes.Contains(raw, done) || bytes.Contains(raw, failed)) {
 			if t, err := b.store.Read(); err == nil {
-				if v := transfer.Read(t); v.Done && !v.HasPending() {
+				v := transfer.Read(t)
+				if v.Done && !v.HasPending() {
 					return nil
+				}
+				// A failed copy is retried after a back-off of a second
+				// or more: a time that includes one measures the
+				// failure, not the copy. Stop and say why.
+				for _, f := range v.Files {
+					if f.Error != "" {
+						return fmt.Errorf("the daemon failed to copy %s: %s", f.Src, f.Error)
+					}
 				}
 			}
 		}
