@@ -1,8 +1,10 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,3 +143,45 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkProbeFTIFFTail measures the look for an FTI-FF file meta in
+// the last 64 KiB of a file that has none, which the check of every
+// source makes: random bytes (most checkpoints), zeros, and lowercase hex
+// digits (the worst case, a step of one byte at a time). The bytes are in
+// memory, as flush hands over a small source it read whole.
+//
+//	go test -run '^$' -bench ProbeFTIFFTail -count 5 ./cache/
+func BenchmarkProbeFTIFFTail(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct {
+		name string
+		fill func(i int) byte
+	}{
+		{"random", func(int) byte { return byte(rng.IntN(256)) }},
+		{"zeros", func(int) byte { return 0 }},
+		{"hex", func(int) byte { return "0123456789abcdef"[rng.IntN(16)] }},
+	} {
+		data := make([]byte, ftiScanWindow+ftiMetaSize)
+		for i := range data {
+			data[i] = tc.fill(i)
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				s := &source{ctx: context.Background(), r: wholeBytes{bytes.NewReader(data), data}, size: int64(len(data)), path: "x"}
+				if p, err := probeFTIFFTail(s); err != nil || p.found {
+					b.Fatalf("probe: found %v, error %v", p.found, err)
+				}
+			}
+		})
+	}
+}
+
+// wholeBytes is a reader of bytes in memory that hands them over without
+// a copy, as flush's reader of a source it read whole does (see byteser).
+type wholeBytes struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (w wholeBytes) Bytes() []byte { return w.b }
