@@ -176,8 +176,6 @@ func probeFTIFFTail(s *source) (ftiProbe, error) {
 	return p, nil
 }
 
-func isLowerHexByte(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
-
 // Classes of a byte for probeFTIFFTail's scan.
 const (
 	scanOther = iota // ends no checksum and is none of its digits
@@ -185,10 +183,10 @@ const (
 	scanNUL          // may end a checksum
 )
 
-// scanClass gives each byte's class: one load instead of the comparisons
-// of isLowerHexByte, whose outcome on random data the CPU cannot predict
-// (1.9 times faster on random data, 5 times on hex digits, in
-// BenchmarkProbeFTIFFTail). It is read only.
+// scanClass gives each byte's class, and is where a lowercase hex digit is
+// defined: one load instead of four comparisons, whose outcome on random
+// data the CPU cannot predict (1.9 times faster on random data, 5 times
+// on hex digits, in BenchmarkProbeFTIFFTail). It is read only.
 var scanClass = [256]uint8{
 	0:   scanNUL,
 	'0': scanHex, '1': scanHex, '2': scanHex, '3': scanHex, '4': scanHex,
@@ -196,9 +194,10 @@ var scanClass = [256]uint8{
 	'a': scanHex, 'b': scanHex, 'c': scanHex, 'd': scanHex, 'e': scanHex, 'f': scanHex,
 }
 
+// isLowerHex reports whether b is all lowercase hex digits.
 func isLowerHex(b []byte) bool {
 	for _, c := range b {
-		if !isLowerHexByte(c) {
+		if scanClass[c] != scanHex {
 			return false
 		}
 	}
