@@ -58,6 +58,50 @@ func BenchmarkLockedUpdate(b *testing.B) {
 	}
 }
 
+// BenchmarkListUpdate measures the update with which the SCR library
+// starts a flush: one locked update of a short file (STATE only) that lists
+// n files, which makes the image hundreds of times longer. The Store
+// makes room for the new image once, at its encoded size; growing the
+// buffer as the image was written copied it a dozen times over and, on
+// fresh memory, faulted in every copy.
+func BenchmarkListUpdate(b *testing.B) {
+	for _, n := range benchSizes[:3] {
+		b.Run("files="+strconv.Itoa(n), func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "transfer.scrinfo")
+			list := transferTree(n).Get("FILES")
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				short := New()
+				short.SetValue("STATE", "STOPPED")
+				if err := os.WriteFile(path, Encode(short), 0o600); err != nil {
+					b.Fatal(err)
+				}
+				s := NewStore(path, Flock)
+				if _, err := s.Read(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				_, _, err := s.Update(func(t *Tree) error {
+					files := t.Set("FILES")
+					for src, e := range list.All() {
+						f := files.Set(src)
+						for k := range e.All() {
+							v, _ := e.Value(k)
+							f.SetValue(k, v)
+						}
+					}
+					t.SetValue("COMMAND", "RUN")
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkDecode reports time and allocations of decoding a transfer file.
 func BenchmarkDecode(b *testing.B) {
 	for _, n := range benchSizes {

@@ -405,8 +405,8 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		return nil, false, err
 	}
 	old := len(s.buf)
-	if want := old + old/32; cap(s.buf) < want {
-		s.buf = append(make([]byte, 0, want), s.buf...) // room to grow
+	if want := max(EncodedSize(t), old); cap(s.buf) < want {
+		s.buf = append(make([]byte, 0, want+want/32), s.buf...) // room to grow
 	}
 	img, from, exact := overwriteImage(s.buf, t)
 	s.buf = img
