@@ -901,6 +901,7 @@ func (d *daemon) finish(r result) {
 		return
 	}
 	f := r.job.file
+	var we *hashfile.WriteError
 	if r.res.Restarted != "" {
 		d.log.Warn("resume impossible; copied from the start", zap.String("src", f.Src), zap.String("reason", r.res.Restarted))
 	}
@@ -926,10 +927,16 @@ func (d *daemon) finish(r result) {
 		}
 	case r.err == nil:
 		// Stopped without an error: nothing to record.
-	case errors.As(r.err, new(*hashfile.WriteError)):
+	case errors.As(r.err, &we):
 		// The transfer file has no room for the progress: the copy waits,
 		// its partial copy kept, until the transfer file can be rewritten.
-		d.fileError(r.err)
+		// A failure from before a rewrite that succeeded (the copy's result
+		// waited while the loop found the file writable again) is no news
+		// of the file: reported, it would raise the problem once more
+		// right after "readable again".
+		if we.Rewrites == d.store.Rewrites() {
+			d.fileError(r.err)
+		}
 		d.backoff(f)
 	case errors.Is(r.err, context.Canceled):
 		d.log.Info("copy stopped", zap.String("src", f.Src), logging.Bytes("written", r.job.durable.Load()))

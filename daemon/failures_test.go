@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/transfer"
@@ -158,5 +161,62 @@ func TestFailureLoggedOncePerChange(t *testing.T) {
 	}
 	if got := recorded(); got != "" {
 		t.Errorf("ERROR %q left after the flush", got)
+	}
+}
+
+// TestStaleWriteFailureNotReported: a copy whose record failed for want of
+// room, and whose result reaches the loop only after the loop has found the
+// transfer file writable again ("readable again"), does not raise the
+// problem a second time; a record that fails after that rewrite does.
+func TestStaleWriteFailureNotReported(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	store := hashfile.NewStore(tf, hashfile.Flock)
+	update := func() {
+		t.Helper()
+		if _, _, err := store.Update(func(tr *hashfile.Tree) error {
+			transfer.SetCommand(tr, transfer.Run)
+			transfer.SetState(tr, transfer.Running)
+			transfer.AddFile(tr, "/cache/"+strconv.FormatUint(store.Rewrites(), 10), "/pfs/x", 1)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update()
+	core, logs := observer.New(zapcore.DebugLevel)
+	d := &daemon{log: zap.New(core), store: store, beat: NewHeartbeat(0), retries: map[string]*retry{},
+		warned: map[string]string{}, rand: func() float64 { return 0.5 },
+		cfg: Config{RetryMin: time.Second, RetryMax: time.Minute}}
+	failed := func() result {
+		// As hashfile reports an update it could not write, now.
+		we := &hashfile.WriteError{Path: tf, Err: unix.EFBIG, Rewrites: store.Rewrites()}
+		return result{job: &job{file: transfer.File{Src: "/cache/n0.ckpt", Dest: "/pfs/n0.ckpt", Size: 3000}, cancel: func() {}},
+			err: fmt.Errorf("recording WRITTEN 3000: %w", we)}
+	}
+	complaints := func() int {
+		return logs.FilterMessage("cannot rewrite the transfer file; its old image is intact, retrying").Len()
+	}
+
+	d.fileError(failed().err) // the loop's own pass could not rewrite the file
+	stale := failed()         // nor could the copy's record, at the same time
+	update()                  // then the room came back, and the loop's pass rewrote the file
+	d.fileUsable()
+	if logs.FilterMessage("transfer file readable again").Len() != 1 {
+		t.Fatal(`"transfer file readable again" not logged`)
+	}
+	d.finish(stale)
+	if c := complaints(); c != 1 {
+		t.Fatalf("the problem was logged %d times, want once: a failure from before the file was rewritten was reported after it", c)
+	}
+	if d.fileErr != "" {
+		t.Errorf("a failure from before the rewrite set the transfer file's problem again: %q", d.fileErr)
+	}
+	if d.retries["/cache/n0.ckpt"] == nil {
+		t.Error("the file whose record failed is not waiting to be tried again")
+	}
+
+	d.finish(failed()) // a record that fails now, after the rewrite, is news
+	if c := complaints(); c != 2 {
+		t.Fatalf("a failure after the rewrite was logged %d times in all, want 2", c)
 	}
 }

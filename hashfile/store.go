@@ -77,6 +77,9 @@ type Store struct {
 	// others counts the reads that found the file holding an image other
 	// than the kept one: versions written by someone else (see Others).
 	others atomic.Uint64
+	// rewrites counts the updates whose new image was written (see
+	// Rewrites).
+	rewrites atomic.Uint64
 
 	guard     func(*unix.Stat_t) error
 	onWait    func(since time.Time)
@@ -339,6 +342,11 @@ func (s *Store) Unchanged() bool {
 	return s.cached()
 }
 
+// Rewrites returns how many updates of this Store wrote their new image.
+// Updates run one at a time, so a WriteError whose Rewrites is below it
+// failed before a rewrite that succeeded.
+func (s *Store) Rewrites() uint64 { return s.rewrites.Load() }
+
 // Others returns how many times a Read or an Update of this Store found
 // the file holding another image than the one the Store last read or
 // wrote (the first read counts too): each is a version someone else wrote,
@@ -419,8 +427,9 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		return t, false, nil
 	}
 	if err := rewrite(f, img, from, old, s.locking == Fcntl); err != nil {
-		return nil, false, &WriteError{Path: s.path, Err: err}
+		return nil, false, &WriteError{Path: s.path, Err: err, Rewrites: s.rewrites.Load()}
 	}
+	s.rewrites.Add(1)
 	s.remember(f)
 	s.keep(keep)
 	return t, true, nil
@@ -451,6 +460,10 @@ func declared(b []byte) []byte {
 type WriteError struct {
 	Path string
 	Err  error
+	// Rewrites is the Store's Rewrites when the update failed: once the
+	// Store's count has moved past it, an update has rewritten the file
+	// since, and the failure no longer tells how the file stands.
+	Rewrites uint64
 }
 
 func (e *WriteError) Error() string { return e.Path + ": rewrite: " + e.Err.Error() }

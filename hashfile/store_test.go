@@ -267,7 +267,8 @@ func runFsizeChild() int {
 		fmt.Println(err)
 		return 2
 	}
-	_, _, err = NewStore(path, Flock).Update(growBy(3000))
+	s := NewStore(path, Flock)
+	_, _, err = s.Update(growBy(3000))
 	var we *WriteError
 	switch {
 	case err == nil:
@@ -276,8 +277,34 @@ func runFsizeChild() int {
 	case !errors.As(err, &we) || !errors.Is(err, unix.EFBIG):
 		fmt.Println("want a WriteError wrapping EFBIG:", err)
 		return 1
+	case we.Rewrites != 0 || s.Rewrites() != 0:
+		fmt.Printf("a failed update counted as a rewrite: WriteError.Rewrites %d, Rewrites %d, want 0 and 0\n", we.Rewrites, s.Rewrites())
+		return 1
 	}
 	return 0
+}
+
+// TestStoreRewrites: Rewrites counts the updates that wrote a new image,
+// not those that left the image as it was.
+func TestStoreRewrites(t *testing.T) {
+	s := NewStore(filepath.Join(t.TempDir(), "transfer.scrinfo"), Flock)
+	steps := []struct {
+		fn   func(*Tree) error
+		want uint64
+	}{
+		{growBy(10), 1},
+		{growBy(10), 1}, // the same image: nothing written
+		{growBy(20), 2},
+		{func(tr *Tree) error { tr.Unset("GROWTH"); return nil }, 3},
+	}
+	for i, st := range steps {
+		if _, _, err := s.Update(st.fn); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Rewrites(); got != st.want {
+			t.Fatalf("after update %d: Rewrites %d, want %d", i+1, got, st.want)
+		}
+	}
 }
 
 // TestStoreNoRoomKeepsOldImage: when the new image does not fit (the file
