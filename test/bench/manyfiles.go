@@ -350,11 +350,11 @@ func (b *bench) updateCost() (time.Duration, int64, error) {
 
 // evict drops the page cache of the copies in dir, durable by then, so
 // that each tool writes into pages the tool before it freed. Without it
-// the tool that runs last in a round writes into memory no one has used
+// the tool that runs last in a run writes into memory no one has used
 // yet, and on the development machine (a virtual machine) that cost the
-// daemon, always last, twice its CPU time from the second run on: the
-// kernel's copy into the page cache ran 27 times slower (see "Afternoon
-// (24 November)" in docs/PERFORMANCE.md).
+// daemon, then always last, twice its CPU time from the second run on:
+// the kernel's copy into the page cache ran 27 times slower (see
+// "Afternoon (24 November)" in docs/PERFORMANCE.md).
 func evict(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
