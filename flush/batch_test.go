@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -550,4 +551,119 @@ func testBatchListsDestinationDirectory(t *testing.T, named bool) {
 	if _, err := os.Stat(TempPath(dsts[2])); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a partial copy was left beside the directory at %s (%v)", dsts[2], err)
 	}
+}
+
+// TestBatchSyncReportsWritebackErrorSeenElsewhere: a held copy whose bytes
+// never reached the disk is not published, even when the write-back error
+// was first seen by a syncfs through a duplicate of its own descriptor (a
+// Writeback's kick, which ignores errors). syncfs(2) reports an error
+// once per open file: a Batch that synced through one of its partial
+// copies then saw nothing and published the lost copy as durable.
+func TestBatchSyncReportsWritebackErrorSeenElsewhere(t *testing.T) {
+	mnt := failingExt4(t)
+	if !syncfsReportsErrors() {
+		t.Skip("this kernel's syncfs does not report write-back errors (Linux < 5.8): Batch fsyncs each file")
+	}
+	src := filepath.Join(t.TempDir(), "src")
+	data := randBytes(kickHeld/2, 21) // small enough for a Writeback kick
+	writeFile(t, src, data)
+	dst := filepath.Join(mnt, "pfs", "ckpt")
+	b := NewBatch(nil, false)
+	wb := NewWriteback()
+	wb.every = 1 // this copy's hold starts a write-back
+	seen := make(chan error, 1)
+	wb.syncfs = func(fd int) error {
+		err := unix.Syncfs(fd)
+		seen <- err
+		return err
+	}
+	b.SetWriteback(wb)
+	res, err := NewCopier(nil, Options{}).Copy(context.Background(), Job{Src: src, Dst: dst, Size: int64(len(data)), Batch: b}, nil)
+	if err != nil || !res.Held {
+		t.Fatalf("copy: %+v, %v: want it held", res, err)
+	}
+	wb.Wait()
+	select {
+	case err := <-seen:
+		if err == nil {
+			t.Fatal("the write-back of the copy did not fail: the test's file system does not fail as it should")
+		}
+		t.Logf("the Writeback's syncfs saw: %v", err)
+	default:
+		t.Fatal("holding the copy started no write-back")
+	}
+	err = b.Sync(context.Background())
+	if err == nil || b.Err(dst) == nil {
+		t.Fatalf("Sync: %v, Err(%s): %v: the copy's bytes never reached the disk, want it failed", err, dst, b.Err(dst))
+	}
+	if _, err := os.Lstat(dst); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s was published (%v) though its bytes never reached the disk", dst, err)
+	}
+}
+
+// failingExt4 mounts an ext4 whose every new data block fails to be
+// written back: its loop device's backing file lies on a tmpfs filled up
+// after mkfs, so a write-back that needs a new block of the image gets
+// ENOSPC from the tmpfs, an I/O error for the ext4. It needs root (mount,
+// losetup) and mkfs.ext4; the test is skipped without them, and fails
+// under CI, which has them.
+func failingExt4(t *testing.T) string {
+	t.Helper()
+	skip := func(format string, args ...any) {
+		t.Helper()
+		if os.Getenv("CI") == "true" {
+			t.Fatalf(format, args...)
+		}
+		t.Skipf(format, args...)
+	}
+	for _, tool := range []string{"losetup", "mkfs.ext4"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			skip("%s not found: %v", tool, err)
+		}
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	for _, d := range []string{back, mnt} {
+		mustOK(t, os.Mkdir(d, 0o755))
+	}
+	if err := unix.Mount("tmpfs", back, "tmpfs", 0, "size=16m"); err != nil {
+		skip("cannot mount a tmpfs (needs CAP_SYS_ADMIN): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(back, unix.MNT_DETACH) })
+	img := filepath.Join(back, "ext4.img")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			skip("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	mustOK(t, os.WriteFile(img, nil, 0o600))
+	mustOK(t, os.Truncate(img, 128<<20))
+	run("mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=0,nodiscard", img)
+	loop := run("losetup", "--find", "--show", img)
+	t.Cleanup(func() { _ = exec.Command("losetup", "--detach", loop).Run() })
+	if err := unix.Mount(loop, mnt, "ext4", 0, ""); err != nil {
+		skip("cannot mount %s: %v", loop, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+		}
+	})
+	// Fill the tmpfs: the image can no longer grow.
+	fill, err := os.Create(filepath.Join(back, "fill"))
+	mustOK(t, err)
+	defer fill.Close()
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := fill.Write(chunk); err != nil {
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	return mnt
 }

@@ -1015,13 +1015,26 @@ func (r *run) hold(b *Batch) error {
 // done, so no other writer can empty the file in between. Afterwards
 // DESTINATION, resolved afresh from the root, must be the file just
 // published. The directory's fsync is the caller's.
+//
+// A Batch takes the three steps apart (checkSource, place, checkPlaced),
+// to do the lookups while it waits for the disk.
 func (r *run) publish() error {
 	if err := r.checkSource(); err != nil {
 		return err
 	}
+	if err := r.place(); err != nil {
+		return err
+	}
+	return r.checkPlaced()
+}
+
+// place gives the durable partial copy its final name: the link of an
+// unnamed file, or the rename of a named partial copy once sure that the
+// name is still ours and still where DESTINATION leads.
+func (r *run) place() error {
 	if r.anon {
 		// Nothing can have removed, replaced or moved a file without a
-		// name; where DESTINATION leads is checked below.
+		// name; where DESTINATION leads is checked afterwards.
 		if err := r.linkAnon(); err != nil {
 			return err
 		}
@@ -1040,6 +1053,13 @@ func (r *run) publish() error {
 		}
 	}
 	r.dirsPending = true
+	return nil
+}
+
+// checkPlaced makes sure that DESTINATION, resolved afresh (from the root
+// when confined), leads to the file just placed: a directory on the way
+// moved or replaced meanwhile would have taken the copy elsewhere.
+func (r *run) checkPlaced() error {
 	var st unix.Stat_t
 	if err := r.dstPlace.stat(&st); err != nil || !sameFile(&st, &r.tmpStat) {
 		detail := "leads to another file"

@@ -17,12 +17,13 @@ import (
 // (medians of four).
 //
 // It is a hint and nothing more. Durability is still Batch.Sync's: its
-// syncfs, through a descriptor of its own, reports every write-back error
-// raised since that descriptor was opened (a file's errseq cursor is its
-// own), so the syncfs here, through a duplicate descriptor it alone uses,
-// hides none of them. It is only used where Batch.Sync would use syncfs
-// (a local file system that syncfs covers, see syncfsCovers), and only
-// while no BW or PERCENT limit is set: its work is not paced.
+// syncfs, through a directory the Batch opened before any of its copies
+// was created, reports every write-back error raised since (each open
+// file has its own errseq cursor), so the syncfs here, through a
+// duplicate of a partial copy's descriptor, hides none of them. It is
+// only used where Batch.Sync would use syncfs (a local file system that
+// syncfs covers, see syncfsCovers), and only while no BW or PERCENT limit
+// is set: its work is not paced.
 //
 // A Writeback may be shared by the Batches of several groups; Wait waits
 // for the syncfs under way.
