@@ -236,18 +236,16 @@ func (b *Batch) Sync(ctx context.Context) error {
 			errs[i] = osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, mode.failed[r])
 		}
 	}
-	published := make([]bool, len(b.held))
 	b.each(func(i int, r *run) {
 		if errs[i] == nil {
 			r.dropCache()
 			errs[i] = r.place()
-			published[i] = errs[i] == nil
 		}
 	})
 	var names error
 	synced := background(func() { names = b.syncNames(mode) })
 	b.each(func(i int, r *run) {
-		if published[i] {
+		if errs[i] == nil { // placed under its name
 			errs[i] = r.checkPlaced()
 		}
 		r.dir = -1 // the Batch's, closed below
