@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,15 +28,18 @@ func (b *bench) manyFiles() error {
 	fmt.Printf("## Many files: scr-transferd (default settings) vs cp -r + sync (median of %d; sources in page cache)\n\n", b.c.runs)
 	fmt.Println("| files | cp -r + sync files/s | MB/s | scr-transferd files/s | MB/s | vs cp | durable floor files/s | floor vs cp |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	var costs []string // the daemon's cost per run of each size
 	for _, s := range []struct {
 		n     int
 		size  int64
 		floor bool
 	}{{2000, 64 << 10, true}, {200, 4 << 20, false}} {
-		cp, daemon, floor, err := b.manyRound(s.n, s.size, b.c.runs, s.floor)
+		m, err := b.manyRound(s.n, s.size, b.c.runs, s.floor)
 		if err != nil {
 			return err
 		}
+		cp, daemon, floor := m.cp, m.daemon, m.floor
+		costs = append(costs, fmt.Sprintf("%d × %s: %d minor page faults, %.0f ms of CPU", s.n, sizeText(s.size), m.faults, ms(m.cpu)))
 		total := int64(s.n) * s.size
 		fl := "– | –" // not measured, or no unnamed files on this file system
 		if floor > 0 {
@@ -47,15 +51,19 @@ func (b *bench) manyFiles() error {
 	fmt.Println()
 	fmt.Println("The durable floor is the least a copy of small files making the daemon's promise does: one thread, each file into an unnamed file, the write-back started every 8 MiB, one syncfs for the data, a link per file, one syncfs for the names; no check, CRC or transfer file.")
 	fmt.Println()
+	fmt.Printf("scr-transferd per run, RUN to DONE (medians): %s. ", strings.Join(costs, "; "))
+	fmt.Printf("A new daemon touches most of its memory for the first time during its first flush; on this machine a first touch of a page costs %s (transparent huge pages: %s).\n\n",
+		faultCostText(), thpMode())
 	fmt.Println("| entries of 1 KiB | transfer file | cp -r + sync | scr-transferd RUN to DONE | vs cp | one locked update | daemon peak RSS |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for _, n := range b.c.entries {
 		// Every count gets its median, 100k too: on a virtual disk one
 		// run of cp -r + sync of 100k files took from 5 to 20 s.
-		cp, daemon, _, err := b.manyRound(n, 1<<10, b.c.runs, false)
+		m, err := b.manyRound(n, 1<<10, b.c.runs, false)
 		if err != nil {
 			return err
 		}
+		cp, daemon := m.cp, m.daemon
 		hwm, err := b.peakRSS()
 		if err != nil {
 			return err
@@ -91,25 +99,37 @@ func sizeText(n int64) string {
 	return strconv.FormatInt(n>>10, 10) + " KiB"
 }
 
+// manyResult is what manyRound measured: medians over its runs.
+type manyResult struct {
+	cp, daemon time.Duration // cp -r + sync; the daemon's flush, RUN to DONE
+	floor      time.Duration // durableFloor's copy, 0 if not measured
+	// The daemon's minor page faults and CPU time (user + system) from
+	// RUN to DONE.
+	faults int64
+	cpu    time.Duration
+}
+
 // manyRound creates n files of size bytes and returns the median time of
-// cp -r + sync and of a fresh daemon's flush of them (RUN to DONE), and
-// with floor the median time of durableFloor's copy of them. The daemon is
-// left running, its transfer file listing the n files.
-func (b *bench) manyRound(n int, size int64, runs int, floor bool) (cp, daemon, floorTime time.Duration, err error) {
+// cp -r + sync and of a fresh daemon's flush of them (RUN to DONE), with
+// the daemon's page faults and CPU time over that flush, and with floor
+// the median time of durableFloor's copy of them. The daemon is left
+// running, its transfer file listing the n files.
+func (b *bench) manyRound(n int, size int64, runs int, floor bool) (manyResult, error) {
+	var none manyResult
 	src := filepath.Join(b.cache, fmt.Sprintf("many-%d-%d", n, size))
 	if err := os.MkdirAll(src, 0o755); err != nil {
-		return 0, 0, 0, err
+		return none, err
 	}
 	defer os.RemoveAll(src)
 	paths := make([]string, n)
 	for i := range paths {
 		paths[i] = filepath.Join(src, fmt.Sprintf("rank%06d.ckpt", i))
 		if err := os.WriteFile(paths[i], pattern(i, size), 0o644); err != nil {
-			return 0, 0, 0, err
+			return none, err
 		}
 	}
 	if _, err := timeCmd("sync"); err != nil {
-		return 0, 0, 0, err
+		return none, err
 	}
 	warmAll := func() error {
 		for _, p := range paths {
@@ -131,7 +151,8 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (cp, daemon, 
 			_ = os.RemoveAll(d)
 		}
 	}()
-	var cps, ds, fs []time.Duration
+	var cps, ds, fs, cpus []time.Duration
+	var faults []int64
 	// The tools take turns at going first: run r starts with tool r mod
 	// the number of tools. Whoever runs after another writes into a file
 	// system and a page cache the one before it has just used (inodes
@@ -183,11 +204,15 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (cp, daemon, 
 		if err := b.startDaemon(); err != nil {
 			return err
 		}
+		faults0, cpu0, err := b.daemonCost()
+		if err != nil {
+			return err
+		}
 		// As the SCR library starts a flush (SCR 1.2.2, see the protocol's
 		// section 5): the files and COMMAND RUN in one locked update, which
 		// the time includes.
 		start := time.Now()
-		_, _, err := b.store.Update(func(t *hashfile.Tree) error {
+		_, _, err = b.store.Update(func(t *hashfile.Tree) error {
 			for _, p := range paths {
 				transfer.AddFile(t, p, filepath.Join(dst, filepath.Base(p)), size)
 			}
@@ -203,13 +228,18 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (cp, daemon, 
 			return err
 		}
 		ds = append(ds, time.Since(start))
+		faults1, cpu1, err := b.daemonCost()
+		if err != nil {
+			return err
+		}
+		faults, cpus = append(faults, faults1-faults0), append(cpus, cpu1-cpu0)
 		return evict(dst)
 	}
 	tools := []func(int) error{runCp, runFloor, runDaemon}
 	for r := range runs {
 		for k := range tools {
 			if err := tools[(r+k)%len(tools)](r); err != nil {
-				return 0, 0, 0, err
+				return none, err
 			}
 		}
 		// Each run on standard error: the spread behind the median.
@@ -220,10 +250,11 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (cp, daemon, 
 		fmt.Fprintf(os.Stderr, "bench: %d × %s, run %d: cp -r + sync %.3f s, scr-transferd %.3f s%s\n",
 			n, sizeText(size), r+1, cps[r].Seconds(), ds[r].Seconds(), fl)
 	}
+	m := manyResult{cp: median(cps), daemon: median(ds), faults: medianInt(faults), cpu: median(cpus)}
 	if len(fs) > 0 {
-		floorTime = median(fs)
+		m.floor = median(fs)
 	}
-	return median(cps), median(ds), floorTime, nil
+	return m, nil
 }
 
 // waitForDone waits until the daemon has set FLAG DONE with no file
@@ -375,4 +406,58 @@ func evict(dir string) error {
 		}
 	}
 	return nil
+}
+
+// daemonCost returns the running daemon's minor page faults and CPU time
+// (user + system) so far.
+func (b *bench) daemonCost() (int64, time.Duration, error) {
+	pf, err := b.proc.PageFaults()
+	if err != nil {
+		return 0, 0, err
+	}
+	cpu, err := b.cpuTime()
+	if err != nil {
+		return 0, 0, err
+	}
+	return int64(pf.MinorFaults), cpu, nil
+}
+
+func medianInt(x []int64) int64 {
+	s := slices.Clone(x)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// faultCostText measures what a first touch of fresh anonymous memory
+// costs a process on this machine: 64 MiB mapped and written to once per
+// 4 KiB. It is the cost of a page fault (several hundred nanoseconds on
+// bare metal, ten times more or worse in some virtual machines), or less
+// where the kernel backs the mapping with huge pages.
+func faultCostText() string {
+	const size = 64 << 20
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	defer unix.Munmap(mem)
+	start := time.Now()
+	for i := 0; i < size; i += 4 << 10 {
+		mem[i] = 1
+	}
+	return fmt.Sprintf("%.1f µs per 4 KiB", float64(time.Since(start).Nanoseconds())/1e3/(size/(4<<10)))
+}
+
+// thpMode returns the kernel's transparent huge page mode for anonymous
+// memory ("always", "madvise" or "never").
+func thpMode() string {
+	raw, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		return "unknown"
+	}
+	for _, w := range strings.Fields(string(raw)) {
+		if strings.HasPrefix(w, "[") && strings.HasSuffix(w, "]") {
+			return strings.Trim(w, "[]")
+		}
+	}
+	return "unknown"
 }
