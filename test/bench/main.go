@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -305,8 +306,9 @@ func timeCmd(name string, args ...string) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-func median(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
+// median returns the middle value of x (the upper one of an even count).
+func median[T cmp.Ordered](x []T) T {
+	s := slices.Clone(x)
 	slices.Sort(s)
 	return s[len(s)/2]
 }

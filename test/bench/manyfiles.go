@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,15 +37,14 @@ func (b *bench) manyFiles() error {
 		if err != nil {
 			return err
 		}
-		cp, daemon, floor := m.cp, m.daemon, m.floor
 		costs = append(costs, fmt.Sprintf("%d × %s: %d minor page faults, %.0f ms of CPU", s.n, sizeText(s.size), m.faults, ms(m.cpu)))
 		total := int64(s.n) * s.size
 		fl := "– | –" // not measured, or no unnamed files on this file system
-		if floor > 0 {
-			fl = fmt.Sprintf("%.0f | %.2f×", float64(s.n)/floor.Seconds(), cp.Seconds()/floor.Seconds())
+		if m.floor > 0 {
+			fl = fmt.Sprintf("%.0f | %.2f×", float64(s.n)/m.floor.Seconds(), m.cp.Seconds()/m.floor.Seconds())
 		}
 		fmt.Printf("| %d × %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %s |\n", s.n, sizeText(s.size),
-			float64(s.n)/cp.Seconds(), mbps(total, cp), float64(s.n)/daemon.Seconds(), mbps(total, daemon), cp.Seconds()/daemon.Seconds(), fl)
+			float64(s.n)/m.cp.Seconds(), mbps(total, m.cp), float64(s.n)/m.daemon.Seconds(), mbps(total, m.daemon), m.cp.Seconds()/m.daemon.Seconds(), fl)
 	}
 	fmt.Println()
 	fmt.Println("The durable floor is the least a copy of small files making the daemon's promise does: one thread, each file into an unnamed file, the write-back started every 8 MiB, one syncfs for the data, a link per file, one syncfs for the names; no check, CRC or transfer file.")
@@ -63,7 +61,6 @@ func (b *bench) manyFiles() error {
 		if err != nil {
 			return err
 		}
-		cp, daemon := m.cp, m.daemon
 		hwm, err := b.peakRSS()
 		if err != nil {
 			return err
@@ -73,7 +70,7 @@ func (b *bench) manyFiles() error {
 			return err
 		}
 		fmt.Printf("| %d | %.1f MB | %.2f s | %.2f s | %.2f× | %.1f ms | %.0f MB |\n", n, float64(size)/1e6,
-			cp.Seconds(), daemon.Seconds(), cp.Seconds()/daemon.Seconds(), ms(upd), float64(hwm)/1e6)
+			m.cp.Seconds(), m.daemon.Seconds(), m.cp.Seconds()/m.daemon.Seconds(), ms(upd), float64(hwm)/1e6)
 	}
 	fmt.Println()
 	return nil
@@ -250,7 +247,7 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (manyResult, 
 		fmt.Fprintf(os.Stderr, "bench: %d × %s, run %d: cp -r + sync %.3f s, scr-transferd %.3f s%s\n",
 			n, sizeText(size), r+1, cps[r].Seconds(), ds[r].Seconds(), fl)
 	}
-	m := manyResult{cp: median(cps), daemon: median(ds), faults: medianInt(faults), cpu: median(cpus)}
+	m := manyResult{cp: median(cps), daemon: median(ds), faults: median(faults), cpu: median(cpus)}
 	if len(fs) > 0 {
 		m.floor = median(fs)
 	}
@@ -420,12 +417,6 @@ func (b *bench) daemonCost() (int64, time.Duration, error) {
 		return 0, 0, err
 	}
 	return int64(pf.MinorFaults), cpu, nil
-}
-
-func medianInt(x []int64) int64 {
-	s := slices.Clone(x)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // faultCostText measures what a first touch of fresh anonymous memory
