@@ -172,6 +172,7 @@ type group struct {
 	// made durable and published.
 	copied, durable time.Time
 	copies          sync.WaitGroup
+	made            chan struct{} // closed once made durable and published
 	synced          chan struct{} // closed once made durable and recorded
 }
 
@@ -216,21 +217,32 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	results := make([]result, len(j.subs))
 	handed := make(chan *group, len(ends)) // groups taken in full, in order
 
-	// Each group is made durable, then recorded, in order, by two
-	// goroutines: the next group's sync need not wait for the record of
-	// the one before (a rewrite of the whole transfer file and its fsync,
-	// 5 to 15 ms at 2000 entries).
+	// Each group is made durable as soon as its copies are done, and the
+	// groups are recorded in order by one goroutine: the next group's
+	// sync need not wait for the record of the one before (a rewrite of
+	// the whole transfer file and its fsync, 5 to 15 ms at 2000 entries),
+	// nor for the end of its sync. A syncfs makes the whole file system
+	// durable, and the last step of a group's sync, the syncfs for its
+	// names, waits for the data of the next group as well, whose copies
+	// are done by then: when the next group's sync waited for it, it found
+	// its data durable already and only then began to publish its copies,
+	// which is the part of the batch's tail the disk does not bound (2000
+	// files of 64 KiB: 13 ms of their 230).
 	var out []result
-	durable := make(chan *group, len(ends))
+	durable := make(chan *group, len(ends)) // in order; each once its sync began
 	go func() {
 		defer close(durable)
 		for g := range handed {
-			g.copies.Wait()
-			d.groupEvent(groupSyncing, g.index)
-			g.copied = time.Now()
-			_ = g.b.Sync(ctx)
-			g.durable = time.Now()
-			d.groupEvent(groupDurable, g.index)
+			g.made = make(chan struct{})
+			go func() {
+				defer close(g.made)
+				g.copies.Wait()
+				d.groupEvent(groupSyncing, g.index)
+				g.copied = time.Now()
+				_ = g.b.Sync(ctx)
+				g.durable = time.Now()
+				d.groupEvent(groupDurable, g.index)
+			}()
 			durable <- g
 		}
 	}()
@@ -238,6 +250,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	go func() {
 		defer close(recorded)
 		for g := range durable {
+			<-g.made
 			d.groupEvent(groupRecording, g.index)
 			out = append(out, d.recordGroup(ctx, j, g, results[g.first:g.end])...)
 			d.groupEvent(groupRecorded, g.index)

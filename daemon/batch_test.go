@@ -45,12 +45,12 @@ func TestPickBatchUnderDefaultOptions(t *testing.T) {
 }
 
 // TestBatchGroupsOverlap: a batch is made durable and recorded group by
-// group. Groups of files of 64 KiB overlap: the next group is copied while
-// one is made durable (the test holds the first group's sync until the
-// second has begun, and fails if it never does), and made durable while
-// the one before is recorded (the test holds the first group's record
-// until the second is durable), but no group begins before the one two
-// before it is recorded. Groups of 1 KiB files do not
+// group. Groups of files of 64 KiB overlap: the next group is copied, and
+// its sync begins, while one is made durable (the test holds the first
+// group's sync until the second group's sync has begun, and fails if it
+// never does), and it is made durable while the one before is recorded
+// (the test holds the first group's record until the second is durable),
+// but no group begins before the one two before it is recorded. Groups of 1 KiB files do not
 // overlap: each begins once the one before is recorded. Either way every
 // file ends complete, recorded, and equal to its source.
 //
@@ -114,6 +114,7 @@ func TestBatchGroupsOverlap(t *testing.T) {
 			recorded := map[int]bool{}
 			var problems []string
 			secondOpened := make(chan struct{})
+			secondSyncing := make(chan struct{})
 			secondDurable := make(chan struct{})
 			// awaited holds the group's step until ch is closed, and notes
 			// the problem if that does not come within 30 s.
@@ -140,6 +141,10 @@ func TestBatchGroupsOverlap(t *testing.T) {
 				case groupSyncing:
 					if k == 0 && tc.overlap {
 						awaited(secondOpened, "the second group was not begun while the first was made durable")
+						awaited(secondSyncing, "the second group's sync waited for the end of the first's")
+					}
+					if k == 1 {
+						close(secondSyncing)
 					}
 				case groupDurable:
 					if k == 1 {
