@@ -221,10 +221,11 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (manyResult, 
 		}
 		// Poll gently: the raw bytes, without the lock the daemon needs,
 		// until FLAG DONE shows in them; then a locked read decides.
-		if err := b.waitForDone(time.Millisecond, 2*time.Hour); err != nil {
+		seen, err := b.waitForDone(time.Millisecond, 2*time.Hour)
+		if err != nil {
 			return err
 		}
-		ds = append(ds, time.Since(start))
+		ds = append(ds, seen.Sub(start))
 		faults1, cpu1, err := b.daemonCost()
 		if err != nil {
 			return err
@@ -255,24 +256,32 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (manyResult, 
 }
 
 // waitForDone waits until the daemon has set FLAG DONE with no file
-// pending. It reads the transfer file when it changed (inotify, through
-// the daemon's own watcher), without its lock or a decode, and only once
-// "DONE" shows in the bytes reads it under the lock. A flush of 100k
-// entries rewrites a 21 MB file, and a reader that decoded it, or read
-// it every few milliseconds whether it changed or not, would take CPU
-// time from the daemon it measures (on two CPUs, a read of the 2000-entry
-// file every 5 ms took about a tenth of the daemon's CPU time; cp has no
-// such neighbour). Reads are at least every apart, and ten times as long
-// as a read took on the CPU, so the reader never takes more than a tenth
-// of a CPU; as they follow the daemon's rewrites (a few per flush), every
-// can be short, and the time to see DONE with it.
+// pending, and returns when the bytes that showed it were read. It reads
+// the transfer file when it changed (inotify, through the daemon's own
+// watcher), without its lock, and decodes what it read only once "DONE"
+// shows in the bytes. A flush of 100k entries rewrites a 21 MB file, and
+// a reader that decoded it, or read it every few milliseconds whether it
+// changed or not, would take CPU time from the daemon it measures (on two
+// CPUs, a read of the 2000-entry file every 5 ms took about a tenth of the
+// daemon's CPU time; cp has no such neighbour). Reads are at least every
+// apart, and ten times as long as a read took on the CPU, so the reader
+// never takes more than a tenth of a CPU; as they follow the daemon's
+// rewrites (a few per flush), every can be short, and the time to see
+// DONE with it.
+//
+// The time returned is that of the read, not of the decode after it: the
+// decode of a 2000-entry file takes the reader 3 to 5 ms, which are the
+// reader's, not the flush's (cp's time ends when sync returns). The
+// bytes are judged as read, without the lock: an image caught half
+// rewritten fails its CRC and is not taken, and the next change is
+// awaited.
 //
 // The bound counts the reader's own CPU time (its thread's clock), not
 // the wall time of a read: on a machine the flush keeps busy, a read of a
 // quarter of a millisecond of CPU can take several milliseconds of wall
 // time while the reader waits for a CPU, and a bound of ten times that
 // held the reader back for up to 60 ms after the daemon had written DONE.
-func (b *bench) waitForDone(every, timeout time.Duration) error {
+func (b *bench) waitForDone(every, timeout time.Duration) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	changed := filewatch.Watch(ctx, b.transfer, every, nil)
@@ -284,19 +293,20 @@ func (b *bench) waitForDone(every, timeout time.Duration) error {
 		start, cpu := time.Now(), threadCPU()
 		var err error
 		raw, err = readReusing(b.transfer, raw)
+		read := time.Now()
 		pause := max(every, 10*(threadCPU()-cpu))
 		if err == nil && (bytes.Contains(raw, done) || bytes.Contains(raw, failed)) {
-			if t, err := b.store.Read(); err == nil {
+			if t, err := hashfile.Decode(raw); err == nil {
 				v := transfer.Read(t)
 				if v.Done && !v.HasPending() {
-					return nil
+					return read, nil
 				}
 				// A failed copy is retried after a back-off of a second
 				// or more: a time that includes one measures the
 				// failure, not the copy. Stop and say why.
 				for _, f := range v.Files {
 					if f.Error != "" {
-						return fmt.Errorf("the daemon failed to copy %s: %s", f.Src, f.Error)
+						return read, fmt.Errorf("the daemon failed to copy %s: %s", f.Src, f.Error)
 					}
 				}
 			}
@@ -304,7 +314,7 @@ func (b *bench) waitForDone(every, timeout time.Duration) error {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return errors.New("timed out waiting for the daemon")
+			return read, errors.New("timed out waiting for the daemon")
 		}
 		time.Sleep(time.Until(start.Add(pause))) // the rate bound above
 	}
