@@ -72,39 +72,7 @@ func TestBatchGroupsOverlap(t *testing.T) {
 		{"1 KiB files, few descriptors", 1 << 10, 12, false, 2, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			tf := filepath.Join(dir, "ctl", "transfer.scr")
-			if err := os.MkdirAll(filepath.Dir(tf), 0o700); err != nil {
-				t.Fatal(err)
-			}
-			store := hashfile.NewStore(tf, hashfile.Flock)
-			data := map[string][]byte{}
-			_, _, err := store.Update(func(tr *hashfile.Tree) error {
-				for i := range tc.files {
-					src := filepath.Join(dir, "cache", fmt.Sprintf("f%02d", i))
-					b := bytes.Repeat([]byte{byte(i + 1)}, tc.size)
-					if err := os.MkdirAll(filepath.Dir(src), 0o700); err != nil {
-						return err
-					}
-					if err := os.WriteFile(src, b, 0o600); err != nil {
-						return err
-					}
-					dst := filepath.Join(dir, "pfs", filepath.Base(src))
-					data[dst] = b
-					transfer.AddFile(tr, src, dst, int64(tc.size))
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Groups of four files each, or fewer where batchFiles bounds them.
-			cfg := Config{TransferFile: tf, Streams: 1, Flush: flush.Options{SyncBytes: 4 * int64(tc.size)}}
-			cfg.setDefaults()
-			th := flush.NewThrottle()
-			d := &daemon{cfg: cfg, log: cfg.Log, store: store, throttle: th, copier: flush.NewCopier(th, cfg.Flush),
-				beat: NewHeartbeat(0), batchFiles: tc.batchFiles, results: make(chan result, 1)}
-			d.copiers = []*flush.Copier{d.copier}
+			d, store, data := newBatchDaemon(t, tc.files, tc.size, tc.batchFiles)
 
 			held := 1
 			if tc.overlap {
@@ -161,16 +129,7 @@ func TestBatchGroupsOverlap(t *testing.T) {
 				}
 			}
 
-			tr, err := store.Read()
-			if err != nil {
-				t.Fatal(err)
-			}
-			files := d.pickBatch(transfer.Read(tr), time.Now())
-			if len(files) != tc.files {
-				t.Fatalf("picked %d files, want all %d", len(files), tc.files)
-			}
-			d.startBatch(files)
-			res := <-d.results
+			res := runBatch(t, d, store, tc.files)
 			mu.Lock()
 			for _, p := range problems {
 				t.Error(p)
@@ -179,22 +138,137 @@ func TestBatchGroupsOverlap(t *testing.T) {
 				t.Errorf("%d groups recorded, want %d of %d files", len(recorded), want, tc.perGroup)
 			}
 			mu.Unlock()
-			for _, r := range res.batch {
-				if r.err != nil || !r.res.Complete {
-					t.Errorf("%s: complete %v, error %v", r.job.file.Src, r.res.Complete, r.err)
-				}
-			}
-			if tr, err = store.Read(); err != nil {
-				t.Fatal(err)
-			}
-			for _, f := range transfer.Read(tr).Files {
-				if f.Written != f.Size {
-					t.Errorf("%s: WRITTEN %d, SIZE %d", f.Src, f.Written, f.Size)
-				}
-				if b, err := os.ReadFile(f.Dest); err != nil || !bytes.Equal(b, data[f.Dest]) {
-					t.Errorf("%s: not its source's bytes (%v)", f.Dest, err)
-				}
-			}
+			checkBatch(t, res, store, data)
 		})
+	}
+}
+
+// TestBatchLastGroupsRecordedTogether: the groups a batch makes durable
+// once its copies are over are recorded in one update of the transfer
+// file, not one each; a group is still recorded only once its own sync is
+// done. The test holds the first group's sync, once done, until the second
+// (and last) group's sync has begun, and counts the rewrites of the
+// transfer file the batch makes.
+func TestBatchLastGroupsRecordedTogether(t *testing.T) {
+	d, store, data := newBatchDaemon(t, 8, 64<<10, 16)
+	lastSyncing := make(chan struct{})
+	var mu sync.Mutex
+	var problems []string
+	durable := map[int]bool{}
+	d.onGroup = func(e groupEvent, k int) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch e {
+		case groupSyncing:
+			if k == 1 {
+				close(lastSyncing)
+			}
+		case groupDurable:
+			durable[k] = true
+			if k == 0 {
+				mu.Unlock()
+				select {
+				case <-lastSyncing:
+				case <-time.After(30 * time.Second):
+					problems = append(problems, "the second group's sync did not begin while the first's was held")
+				}
+				mu.Lock()
+			}
+		case groupRecording:
+			if !durable[k] {
+				problems = append(problems, fmt.Sprintf("group %d recorded before it was durable", k))
+			}
+		}
+	}
+	before := store.Rewrites()
+	res := runBatch(t, d, store, 8)
+	mu.Lock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	mu.Unlock()
+	if n := store.Rewrites() - before; n != 1 {
+		t.Errorf("the two groups took %d rewrites of the transfer file, want 1", n)
+	}
+	checkBatch(t, res, store, data)
+}
+
+// newBatchDaemon returns a daemon (one stream, no loop) whose transfer
+// file lists n files of size bytes, made in a temporary directory, with
+// their contents by DESTINATION. Groups take four files each, or fewer
+// where batchFiles bounds them.
+func newBatchDaemon(t *testing.T, n, size, batchFiles int) (*daemon, *hashfile.Store, map[string][]byte) {
+	t.Helper()
+	dir := t.TempDir()
+	tf := filepath.Join(dir, "ctl", "transfer.scr")
+	if err := os.MkdirAll(filepath.Dir(tf), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	store := hashfile.NewStore(tf, hashfile.Flock)
+	data := map[string][]byte{}
+	_, _, err := store.Update(func(tr *hashfile.Tree) error {
+		for i := range n {
+			src := filepath.Join(dir, "cache", fmt.Sprintf("f%02d", i))
+			b := bytes.Repeat([]byte{byte(i + 1)}, size)
+			if err := os.MkdirAll(filepath.Dir(src), 0o700); err != nil {
+				return err
+			}
+			if err := os.WriteFile(src, b, 0o600); err != nil {
+				return err
+			}
+			dst := filepath.Join(dir, "pfs", filepath.Base(src))
+			data[dst] = b
+			transfer.AddFile(tr, src, dst, int64(size))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{TransferFile: tf, Streams: 1, Flush: flush.Options{SyncBytes: 4 * int64(size)}}
+	cfg.setDefaults()
+	th := flush.NewThrottle()
+	d := &daemon{cfg: cfg, log: cfg.Log, store: store, throttle: th, copier: flush.NewCopier(th, cfg.Flush),
+		beat: NewHeartbeat(0), batchFiles: batchFiles, results: make(chan result, 1)}
+	d.copiers = []*flush.Copier{d.copier}
+	return d, store, data
+}
+
+// runBatch picks the n files of the daemon's transfer file as one batch,
+// runs it, and returns its results.
+func runBatch(t *testing.T, d *daemon, store *hashfile.Store, n int) []result {
+	t.Helper()
+	tr, err := store.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := d.pickBatch(transfer.Read(tr), time.Now())
+	if len(files) != n {
+		t.Fatalf("picked %d files, want all %d", len(files), n)
+	}
+	d.startBatch(files)
+	return (<-d.results).batch
+}
+
+// checkBatch fails unless every result is complete, every entry records
+// WRITTEN = SIZE, and every DESTINATION holds its source's bytes (data).
+func checkBatch(t *testing.T, res []result, store *hashfile.Store, data map[string][]byte) {
+	t.Helper()
+	for _, r := range res {
+		if r.err != nil || !r.res.Complete {
+			t.Errorf("%s: complete %v, error %v", r.job.file.Src, r.res.Complete, r.err)
+		}
+	}
+	tr, err := store.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range transfer.Read(tr).Files {
+		if f.Written != f.Size {
+			t.Errorf("%s: WRITTEN %d, SIZE %d", f.Src, f.Written, f.Size)
+		}
+		if b, err := os.ReadFile(f.Dest); err != nil || !bytes.Equal(b, data[f.Dest]) {
+			t.Errorf("%s: not its source's bytes (%v)", f.Dest, err)
+		}
 	}
 }
