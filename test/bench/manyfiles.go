@@ -272,25 +272,26 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (manyResult, 
 }
 
 // waitForDone waits until the daemon has set FLAG DONE with no file
-// pending, and returns when the bytes that showed it were read. It reads
-// the transfer file when it changed (inotify, through the daemon's own
-// watcher), without its lock, and decodes what it read only once "DONE"
-// shows in the bytes. A flush of 100k entries rewrites a 21 MB file, and
-// a reader that decoded it, or read it every few milliseconds whether it
-// changed or not, would take CPU time from the daemon it measures (on two
-// CPUs, a read of the 2000-entry file every 5 ms took about a tenth of the
+// pending, and returns when a reader that takes the transfer file's lock,
+// as the SCR library does, could first see it. It reads the file when it
+// changed (inotify, through the daemon's own watcher), without its lock,
+// and only once "DONE" shows in the bytes takes the lock and reads the
+// file again. A flush of 100k entries rewrites a 21 MB file, and a reader
+// that decoded it, or read it every few milliseconds whether it changed
+// or not, would take CPU time from the daemon it measures (on two CPUs, a
+// read of the 2000-entry file every 5 ms took about a tenth of the
 // daemon's CPU time; cp has no such neighbour). Reads are at least every
 // apart, and ten times as long as a read took on the CPU, so the reader
 // never takes more than a tenth of a CPU; as they follow the daemon's
 // rewrites (a few per flush), every can be short, and the time to see
 // DONE with it.
 //
-// The time returned is that of the read, not of the decode after it: the
-// decode of a 2000-entry file takes the reader 3 to 5 ms, which are the
-// reader's, not the flush's (cp's time ends when sync returns). The
-// bytes are judged as read, without the lock: an image caught half
-// rewritten fails its CRC and is not taken, and the next change is
-// awaited.
+// The time returned is when the lock was granted, not when the decode
+// after it ended: the decode of a 2000-entry file takes the reader 3 to
+// 5 ms, which are the reader's, not the flush's (cp's time ends when sync
+// returns). Nor is it when DONE first showed in the bytes: the daemon
+// writes the new image, then fsyncs it before it lets the lock go, and a
+// reader that ignores the lock sees DONE before it is durable.
 //
 // The bound counts the reader's own CPU time (its thread's clock), not
 // the wall time of a read: on a machine the flush keeps busy, a read of a
@@ -304,25 +305,28 @@ func (b *bench) waitForDone(every, timeout time.Duration) (time.Time, error) {
 	done, failed := []byte("DONE\x00"), []byte("ERROR\x00")
 	runtime.LockOSThread() // so that the thread's clock is the reader's
 	defer runtime.UnlockOSThread()
-	var raw []byte
+	var raw, img []byte
 	for {
 		start, cpu := time.Now(), threadCPU()
 		var err error
 		raw, err = readReusing(b.transfer, raw)
-		read := time.Now()
 		pause := max(every, 10*(threadCPU()-cpu))
 		if err == nil && (bytes.Contains(raw, done) || bytes.Contains(raw, failed)) {
-			if t, err := hashfile.Decode(raw); err == nil {
+			var at time.Time
+			if at, img, err = readLocked(b.transfer, img); err != nil {
+				return at, err
+			}
+			if t, err := hashfile.Decode(img); err == nil {
 				v := transfer.Read(t)
 				if v.Done && !v.HasPending() {
-					return read, nil
+					return at, nil
 				}
 				// A failed copy is retried after a back-off of a second
 				// or more: a time that includes one measures the
 				// failure, not the copy. Stop and say why.
 				for _, f := range v.Files {
 					if f.Error != "" {
-						return read, fmt.Errorf("the daemon failed to copy %s: %s", f.Src, f.Error)
+						return at, fmt.Errorf("the daemon failed to copy %s: %s", f.Src, f.Error)
 					}
 				}
 			}
@@ -330,10 +334,34 @@ func (b *bench) waitForDone(every, timeout time.Duration) (time.Time, error) {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return read, errors.New("timed out waiting for the daemon")
+			return time.Now(), errors.New("timed out waiting for the daemon")
 		}
 		time.Sleep(time.Until(start.Add(pause))) // the rate bound above
 	}
+}
+
+// readLocked reads the file at path into buf's array (see readReusing)
+// under a shared flock(2), the lock the daemon takes with its default
+// --locking, and returns when the lock was granted.
+func readLocked(path string, buf []byte) (time.Time, []byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return time.Time{}, buf[:0], err
+	}
+	defer f.Close()
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_SH)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return time.Time{}, buf[:0], fmt.Errorf("locking %s: %w", path, err)
+	}
+	at := time.Now()
+	b := bytes.NewBuffer(buf[:0])
+	_, err = b.ReadFrom(f)
+	return at, b.Bytes(), err // the lock goes with the descriptor
 }
 
 // readReusing reads the file at path into buf's array when it is large
