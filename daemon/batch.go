@@ -202,7 +202,7 @@ func (d *daemon) groupEnds(subs []*job, files int) []int {
 // being copied has been open for SyncInterval (the rest waits for the next
 // batch); each group's completed copies are made durable and recorded in
 // one update, while the streams copy the next group. It returns one result
-// per file taken up.
+// per file taken up, in the batch's order.
 func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	interval := d.cfg.Flush.SyncInterval
 	// held is how many groups may be held at once: the one being copied,
@@ -228,7 +228,6 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	// its data durable already and only then began to publish its copies,
 	// which is the part of the batch's tail the disk does not bound (2000
 	// files of 64 KiB: 13 ms of their 230).
-	var out []result
 	syncing := make(chan *group, len(ends)) // in order, each once its sync is started
 	go func() {
 		defer close(syncing)
@@ -254,7 +253,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 			for _, g := range gs {
 				d.groupEvent(groupRecording, g.index)
 			}
-			out = append(out, d.recordGroups(ctx, j, gs, results)...)
+			d.recordGroups(ctx, j, gs, results)
 			for _, g := range gs {
 				d.groupEvent(groupRecorded, g.index)
 				close(g.synced)
@@ -333,11 +332,12 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		last.end = next // fewer when the batch stopped early
 		handed <- last
 	}
+	taken := next
 	mu.Unlock()
 	close(handed)
 	<-recorded
 	wb.Wait()
-	return out
+	return results[:taken] // every file taken is in a group, each recorded
 }
 
 // groupEvent reports step e of group k of the batch under way to onGroup,
@@ -417,12 +417,13 @@ func recordable(syncing <-chan *group, copiesOver <-chan struct{}) <-chan []*gro
 }
 
 // recordGroups records the copies of the groups gs, each made durable and
-// published all at once by its Batch's Sync, in one update. results are
-// the batch's, indexed as its subs.
-func (d *daemon) recordGroups(ctx context.Context, j *job, gs []*group, results []result) []result {
-	var out, done []result
+// published all at once by its Batch's Sync, in one update, and sets their
+// outcomes in results, the batch's, indexed as its subs.
+func (d *daemon) recordGroups(ctx context.Context, j *job, gs []*group, results []result) {
+	var done []*result
 	for _, g := range gs {
-		for _, r := range results[g.first:g.end] {
+		for i := g.first; i < g.end; i++ {
+			r := &results[i]
 			if r.err == nil && r.res.Held {
 				r.res.Held = false
 				if err := g.b.Err(r.job.file.Dest); err != nil {
@@ -433,13 +434,11 @@ func (d *daemon) recordGroups(ctx context.Context, j *job, gs []*group, results 
 			}
 			if r.err == nil && r.res.Complete {
 				done = append(done, r)
-			} else {
-				out = append(out, r)
 			}
 		}
 	}
 	if len(done) == 0 {
-		return out
+		return
 	}
 	changed := make([]bool, len(done))
 	prevs := make([]int64, len(done))
@@ -449,17 +448,13 @@ func (d *daemon) recordGroups(ctx context.Context, j *job, gs []*group, results 
 	cctx, cancel := graceContext(ctx, commitGrace)
 	defer cancel()
 	_, wrote, err := d.store.UpdateContext(cctx, func(t *hashfile.Tree) error {
-		for i := range done {
-			r := &done[i]
+		for i, r := range done {
 			f := r.job.file
 			prevs[i] = r.job.durable.Load()
-			if !transfer.SetWrittenFrom(t, f, prevs[i], f.Size) {
+			if !transfer.SetComplete(t, f, prevs[i], r.res.CRC, r.warnings) {
 				changed[i] = true
 				continue
 			}
-			transfer.SetCRC(t, f, r.res.CRC)
-			transfer.SetError(t, f.Src, "")
-			transfer.SetWarning(t, f.Src, r.warnings)
 			// Under the file's lock, as for a single file: the loop compares
 			// the entries with durable under the same lock.
 			r.job.durable.Store(f.Size)
@@ -478,8 +473,7 @@ func (d *daemon) recordGroups(ctx context.Context, j *job, gs []*group, results 
 			zap.Duration("copy", g.copied.Sub(g.opened)), zap.Duration("sync", g.durable.Sub(g.copied)),
 			zap.Duration("record", time.Since(g.durable)))
 	}
-	for i := range done {
-		r := &done[i]
+	for i, r := range done {
 		switch {
 		case changed[i]:
 			r.res.Complete, r.err = false, errEntryChanged
@@ -495,5 +489,4 @@ func (d *daemon) recordGroups(ctx context.Context, j *job, gs []*group, results 
 			}
 		}
 	}
-	return append(out, done...)
 }

@@ -833,11 +833,10 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		began := time.Now()
 		_, wrote, err := d.store.UpdateContext(cctx, func(t *hashfile.Tree) error {
 			prev = j.durable.Load()
-			ok = transfer.SetWrittenFrom(t, f, prev, n)
-			if ok && n == f.Size {
-				transfer.SetCRC(t, f, crc)
-				transfer.SetError(t, f.Src, "")
-				transfer.SetWarning(t, f.Src, v.warnings())
+			if n == f.Size {
+				ok = transfer.SetComplete(t, f, prev, crc, v.warnings())
+			} else {
+				ok = transfer.SetWrittenFrom(t, f, prev, n)
 			}
 			if ok {
 				// Under the file's lock, so that the loop, comparing the

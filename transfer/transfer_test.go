@@ -192,3 +192,61 @@ func TestEdits(t *testing.T) {
 		t.Fatal("progress recorded on a removed entry")
 	}
 }
+
+// SetComplete makes the same record as SetWrittenFrom to SIZE, SetCRC,
+// SetError("") and SetWarning together, and, like SetWrittenFrom, none at
+// all on an entry that no longer holds what the copy last recorded.
+func TestSetComplete(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		edit    func(*hashfile.Tree, File) // the library's doing, before the record
+		prev    int64
+		warning string
+		ok      bool
+	}{
+		{"fresh entry", nil, 0, "", true},
+		{"with a warning", nil, 0, "stale tail\n flushed", true},
+		{"ERROR and WARNING from an earlier try", func(tr *hashfile.Tree, f File) {
+			SetError(tr, f.Src, "no space")
+			SetWarning(tr, f.Src, "old")
+		}, 0, "", true},
+		{"resumed from a recorded WRITTEN", func(tr *hashfile.Tree, f File) { SetWritten(tr, f, 40) }, 40, "", true},
+		{"WRITTEN reset by the library", func(tr *hashfile.Tree, f File) { SetWritten(tr, f, 0) }, 40, "", false},
+		{"entry replaced", func(tr *hashfile.Tree, f File) { AddFile(tr, f.Src, "/p/other", f.Size) }, 0, "", false},
+		{"entry removed", func(tr *hashfile.Tree, f File) { tr.Get(KeyFiles).Unset(f.Src) }, 0, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mk := func() (*hashfile.Tree, File) {
+				tr := hashfile.New()
+				AddFile(tr, "/c/a", "/p/a", 100)
+				f := Read(tr).Files[0]
+				if tc.edit != nil {
+					tc.edit(tr, f)
+				}
+				return tr, f
+			}
+			got, f := mk()
+			before := hashfile.Format(got, 0)
+			if ok := SetComplete(got, f, tc.prev, 0xdeadbeef, tc.warning); ok != tc.ok {
+				t.Fatalf("SetComplete = %v, want %v", ok, tc.ok)
+			}
+			if !tc.ok {
+				if after := hashfile.Format(got, 0); after != before {
+					t.Fatalf("refused, yet changed the tree:\n%s\nwas\n%s", after, before)
+				}
+				return
+			}
+			want, _ := mk()
+			SetWrittenFrom(want, f, tc.prev, f.Size)
+			SetCRC(want, f, 0xdeadbeef)
+			SetError(want, f.Src, "")
+			SetWarning(want, f.Src, tc.warning)
+			if g, w := hashfile.Format(got, 0), hashfile.Format(want, 0); g != w {
+				t.Fatalf("got\n%s\nwant\n%s", g, w)
+			}
+			if v := Read(got).Files[0]; v.Written != f.Size || v.Error != "" {
+				t.Fatalf("WRITTEN %d, ERROR %q after SetComplete", v.Written, v.Error)
+			}
+		})
+	}
+}
