@@ -622,3 +622,44 @@ func TestOthersCountsForeignVersions(t *testing.T) {
 		t.Fatal("a read of the Store's own image moved Others")
 	}
 }
+
+// TestUnchangedSizeFirst: a file whose size differs from the Store's image
+// holds another image, and Unchanged says so without reading it: after a
+// foreign write of a much larger image, the Store's buffer has not grown.
+// A file of the same size is still read and compared.
+func TestUnchangedSizeFirst(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	s := NewStore(path, Flock)
+	if _, _, err := s.Update(func(tr *Tree) error { tr.SetValue("STATE", "STOPPED"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	small := cap(s.buf)
+	other := NewStore(path, Flock)
+	if _, _, err := other.Update(func(tr *Tree) error {
+		for i := range 20000 {
+			tr.Set("FILES").Set(fmt.Sprintf("/cache/rank%06d.ckpt", i)).SetUint("SIZE", 1<<16)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Unchanged() {
+		t.Fatal("Unchanged true after another Store wrote a larger image")
+	}
+	if cap(s.buf) != small {
+		t.Fatalf("the Store's buffer grew from %d to %d bytes: the larger file was read", small, cap(s.buf))
+	}
+	if _, _, err := s.Update(func(tr *Tree) error { tr.SetValue("STATE", "RUNNING"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Unchanged() {
+		t.Fatal("Unchanged false right after the Store's own write")
+	}
+	// Same size, other bytes: read and compared.
+	if _, _, err := other.Update(func(tr *Tree) error { tr.SetValue("STATE", "RUNNINH"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if s.Unchanged() {
+		t.Fatal("Unchanged true after another Store wrote an image of the same size")
+	}
+}
