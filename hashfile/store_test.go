@@ -583,3 +583,34 @@ func TestStoreReadsAfterAShrinkCutShort(t *testing.T) {
 		t.Fatal("a damaged image followed by a stale tail was accepted")
 	}
 }
+
+// TestLockBackoff: a lock held elsewhere is retried every 200 µs for the
+// first 5 ms, about as long as the library holds it for an update, then
+// after waits that double from LockRetryMin up to LockRetryMax.
+func TestLockBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{
+		{0, 200 * time.Microsecond},
+		{24, 200 * time.Microsecond},
+		{25, LockRetryMin},
+		{26, 2 * LockRetryMin},
+		{27, 4 * LockRetryMin},
+		{30, 32 * LockRetryMin},
+		{31, LockRetryMax},
+		{100, LockRetryMax},
+		{1 << 20, LockRetryMax},
+	} {
+		if got := lockBackoff(tc.n); got != tc.want {
+			t.Errorf("lockBackoff(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+	var quick time.Duration
+	for n := 0; lockBackoff(n) < LockRetryMin; n++ {
+		quick += lockBackoff(n)
+	}
+	if quick != 5*time.Millisecond {
+		t.Errorf("quick retries span %v, want 5ms", quick)
+	}
+}
