@@ -12,6 +12,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/logging"
+	"github.com/scr-transferd/scr-transferd/internal/prefault"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -57,6 +58,7 @@ func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
 	// faulting in fresh pages).
 	most := maxGroups * d.groupFiles(1)
 	files := make([]transfer.File, 0, min(len(v.Files), most))
+	prefault.Slice(files)
 	var bytes int64
 	for _, f := range v.Files {
 		if f.Problem != nil || !f.Pending() {
@@ -116,10 +118,16 @@ func (d *daemon) startBatch(files []transfer.File) {
 	}
 	j := &job{file: agg, cancel: cancel, started: time.Now(), from: agg.Written}
 	j.durable.Store(agg.Written)
-	for _, f := range files {
-		sub := &job{file: f, cancel: cancel, from: f.Written, quiet: len(files) > batchLogFiles}
+	// The files' jobs in one allocation whose pages are made at once (see
+	// prefault): at 2000 files, 400 KB between the RUN and the first copy.
+	subs := make([]job, len(files))
+	prefault.Slice(subs)
+	j.subs = make([]*job, len(files))
+	for i, f := range files {
+		sub := &subs[i]
+		sub.file, sub.cancel, sub.from, sub.quiet = f, cancel, f.Written, len(files) > batchLogFiles
 		sub.durable.Store(f.Written)
-		j.subs = append(j.subs, sub)
+		j.subs[i] = sub
 	}
 	d.job = j
 	d.beat.workerStart()
@@ -215,6 +223,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	}
 	ends := d.groupEnds(j.subs, d.groupFiles(held))
 	results := make([]result, len(j.subs))
+	prefault.Slice(results)
 	handed := make(chan *group, len(ends)) // groups taken in full, in order
 
 	// Each group is made durable as soon as its copies are done, and the
@@ -293,6 +302,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 			cur = &group{b: flush.NewBatch(d.throttle, d.cfg.Flush.SyncEach), index: len(groups), first: next,
 				end: ends[len(groups)], opened: time.Now(), synced: make(chan struct{})}
 			cur.b.SetWriteback(wb)
+			cur.b.Expect(cur.end - cur.first)
 			groups = append(groups, cur)
 			d.groupEvent(groupOpened, cur.index)
 		case time.Since(cur.opened) >= interval:

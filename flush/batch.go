@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/internal/prefault"
 )
 
 // Batch lets several copies share the cost of making them durable. A copy
@@ -50,6 +52,8 @@ type Batch struct {
 	dirs    []batchDir
 	parents []string // directories whose entries changed when dirs were created
 	held    []*run
+	slab    []run            // where the states of held are kept (see slot)
+	expect  int              // copies the Batch is to hold, 0 if not told
 	noAnon  map[int]bool     // directories where partial copies must be named (see createAnon)
 	proc    bool             // /proc/self/fd was seen to name an unnamed file (see createAnon)
 	errs    map[string]error // outcome of each held copy, by destination, after Sync
@@ -167,15 +171,43 @@ func (b *Batch) openDir(dir, root, who string) (int, dirNames, error) {
 // they are held; w may be shared with other Batches.
 func (b *Batch) SetWriteback(w *Writeback) { b.wb = w }
 
-// hold takes over a completed copy: its descriptors are the Batch's now.
+// hold takes over a completed copy, whose source r has closed: the Batch
+// keeps a copy of r's state, and r's partial copy and directory are the
+// Batch's now.
 func (b *Batch) hold(r *run) {
 	b.mu.Lock()
-	b.held = append(b.held, r)
+	h := b.slot()
+	*h = *r
+	h.src, h.seg.fd, h.whole = -1, -1, nil
+	b.held = append(b.held, h)
 	b.mu.Unlock()
-	if r.tempSize < kickHeld && !b.syncEach && b.t.unlimited() {
-		b.wb.held(r.tmp, r.tempSize)
+	if h.tempSize < kickHeld && !b.syncEach && b.t.unlimited() {
+		b.wb.held(h.tmp, h.tempSize)
 	}
 }
+
+// Expect tells the Batch how many copies it is to hold, so that their
+// states are kept in one allocation whose pages are made at once (see
+// prefault): a held copy's state is 1 KiB, 2 MB for a batch of 2000.
+func (b *Batch) Expect(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expect = n
+}
+
+// slot returns room for one more held copy's state. b.mu is held.
+func (b *Batch) slot() *run {
+	if len(b.slab) == cap(b.slab) {
+		// A new slab; the held copies in the last one keep it alive.
+		b.slab = make([]run, 0, max(b.expect-len(b.held), slabMin))
+		prefault.Slice(b.slab)
+	}
+	b.slab = b.slab[:len(b.slab)+1]
+	return &b.slab[len(b.slab)-1]
+}
+
+// slabMin is the fewest held copies' states allocated at once.
+const slabMin = 16
 
 // Held returns the number of copies waiting for Sync.
 func (b *Batch) Held() int {
@@ -266,7 +298,7 @@ func (b *Batch) Sync(ctx context.Context) error {
 	for _, d := range b.dirs {
 		_ = unix.Close(d.fd)
 	}
-	b.dirs, b.held, b.parents = nil, nil, nil
+	b.dirs, b.held, b.parents, b.slab = nil, nil, nil, nil
 	_ = ctx // Sync finishes what it holds; see above
 	var first error
 	for _, err := range b.errs {

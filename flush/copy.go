@@ -1000,11 +1000,9 @@ func (r *run) hold(b *Batch) error {
 		// RLIMIT_NOFILE); Batch.Sync drops the partial copy's pages.
 		_ = unix.Fadvise(r.src, 0, 0, unix.FADV_DONTNEED)
 	}
-	h := *r
 	_ = unix.Close(r.src)
-	h.src, h.seg.fd, h.whole = -1, -1, nil
+	b.hold(r)
 	r.tmp, r.src, r.dir = -1, -1, -1
-	b.hold(&h)
 	r.res = Result{Written: r.res.Written, CRC: r.crc, Held: true, Restarted: r.res.Restarted}
 	return r.paceDone()
 }
