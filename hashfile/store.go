@@ -102,9 +102,9 @@ func sigOf(st *unix.Stat_t) fileSig {
 	return fileSig{dev: st.Dev, ino: st.Ino, ctime: st.Ctim}
 }
 
-// Lock waits: the first lockQuickTries retries come every lockQuick, then
-// the waits run from LockRetryMin, doubling up to LockRetryMax; a wait
-// longer than LockWaitNotice is reported.
+// Lock waits: the first lockQuickTries retries come every lockQuick
+// (except while settling), then the waits run from LockRetryMin, doubling
+// up to LockRetryMax; a wait longer than LockWaitNotice is reported.
 const (
 	LockRetryMin   = time.Millisecond
 	LockRetryMax   = 50 * time.Millisecond
@@ -116,10 +116,11 @@ const (
 // after it was let go, and every flush begins with such a wait: the daemon
 // is told of the library's write while the library still holds the lock.
 // The first retries come every lockQuick instead, for about 5 ms (25
-// flock calls at most), and these short waits are slept in the kernel:
-// Go's timers round a wait under a millisecond up to about one when the
-// process has nothing else to do (1.1 ms for 200 µs, 0.25 ms asleep in
-// nanosleep(2), on the development machine).
+// lock calls at most; none while settling, see lock), and these short
+// waits are slept in the kernel: Go's timers round a wait under a
+// millisecond up to about one when the process has nothing else to do
+// (1.1 ms for 200 µs, 0.25 ms asleep in nanosleep(2), on the development
+// machine).
 const (
 	lockQuick      = 200 * time.Microsecond
 	lockQuickTries = 25
@@ -132,6 +133,18 @@ func lockBackoff(n int) time.Duration {
 		return lockQuick
 	}
 	return min(LockRetryMin<<min(n-lockQuickTries, 16), LockRetryMax)
+}
+
+// backoff returns the Store's wait before retry n (from 0) of a lock held
+// by another process: lockBackoff's, without the quick retries while
+// settling (SCR up to 1.2 with fcntl locking), as each attempt may take the
+// lock for an instant, in which the library's own non-blocking attempt
+// fails outright.
+func (s *Store) backoff(n int) time.Duration {
+	if s.settle > 0 {
+		n += lockQuickTries
+	}
+	return lockBackoff(n)
 }
 
 // sleepKernel sleeps for d in nanosleep(2), not on a Go timer (see
@@ -636,7 +649,7 @@ func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
 	t.Stop()
 	defer t.Stop()
 	for n := 0; ; n++ {
-		if d := lockBackoff(n); d < time.Millisecond {
+		if d := s.backoff(n); d < time.Millisecond {
 			if ctx.Err() == nil {
 				sleepKernel(d)
 			}

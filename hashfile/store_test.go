@@ -586,7 +586,8 @@ func TestStoreReadsAfterAShrinkCutShort(t *testing.T) {
 
 // TestLockBackoff: a lock held elsewhere is retried every 200 µs for the
 // first 5 ms, about as long as the library holds it for an update, then
-// after waits that double from LockRetryMin up to LockRetryMax.
+// after waits that double from LockRetryMin up to LockRetryMax; while
+// settling, from LockRetryMin at once.
 func TestLockBackoff(t *testing.T) {
 	for _, tc := range []struct {
 		n    int
@@ -612,5 +613,18 @@ func TestLockBackoff(t *testing.T) {
 	}
 	if quick != 5*time.Millisecond {
 		t.Errorf("quick retries span %v, want 5ms", quick)
+	}
+	// While settling, for SCR up to 1.2 with fcntl locking, whose library
+	// fails outright on a busy lock, none of the quick retries.
+	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	plain, settling := NewStore(path, Flock), NewStore(path, Fcntl)
+	settling.Settle(100 * time.Millisecond)
+	if got := plain.backoff(0); got != 200*time.Microsecond {
+		t.Errorf("first retry after %v, want 200µs", got)
+	}
+	for n, want := range []time.Duration{LockRetryMin, 2 * LockRetryMin, 4 * LockRetryMin} {
+		if got := settling.backoff(n); got != want {
+			t.Errorf("settling: retry %d after %v, want %v", n, got, want)
+		}
 	}
 }
