@@ -84,15 +84,24 @@ func SetWritten(t *hashfile.Tree, f File, n int64) bool {
 // or size, or holds another WRITTEN: the library reset or re-added it, and
 // its value must win over older progress.
 func SetWrittenFrom(t *hashfile.Tree, f File, prev, n int64) bool {
-	e := entry(t, f)
+	e := entryAt(t, f, prev)
 	if e == nil {
-		return false
-	}
-	if w, _, err := e.Uint(KeyWritten); err != nil || int64(w) != prev {
 		return false
 	}
 	e.SetUint(KeyWritten, uint64(n))
 	return true
+}
+
+// entryAt returns f's entry as entry does, if it also holds WRITTEN prev.
+func entryAt(t *hashfile.Tree, f File, prev int64) *hashfile.Tree {
+	e := entry(t, f)
+	if e == nil {
+		return nil
+	}
+	if w, _, err := e.Uint(KeyWritten); err != nil || int64(w) != prev {
+		return nil
+	}
+	return e
 }
 
 // SetComplete records f as complete in one lookup of its entry: WRITTEN =
@@ -102,21 +111,14 @@ func SetWrittenFrom(t *hashfile.Tree, f File, prev, n int64) bool {
 // WRITTEN prev. A batch records thousands of files in one update, and
 // looking each entry up once for each key was most of that update's work.
 func SetComplete(t *hashfile.Tree, f File, prev int64, crc uint32, warning string) bool {
-	e := entry(t, f)
+	e := entryAt(t, f, prev)
 	if e == nil {
-		return false
-	}
-	if w, _, err := e.Uint(KeyWritten); err != nil || int64(w) != prev {
 		return false
 	}
 	e.SetUint(KeyWritten, uint64(f.Size))
 	e.SetCRC(KeyCRC, crc)
-	e.Unset(KeyError)
-	if warning == "" {
-		e.Unset(KeyWarning)
-	} else {
-		e.SetValue(KeyWarning, ErrorValue(warning))
-	}
+	setMessage(e, KeyError, "")
+	setMessage(e, KeyWarning, warning)
 	return true
 }
 
@@ -138,12 +140,18 @@ func SetError(t *hashfile.Tree, src, msg string) bool {
 	if e == nil {
 		return false
 	}
-	if msg == "" {
-		e.Unset(KeyError)
-		return true
-	}
-	e.SetValue(KeyError, ErrorValue(msg))
+	setMessage(e, KeyError, msg)
 	return true
+}
+
+// setMessage stores msg under key of entry e in the form ErrorValue gives,
+// or removes key when msg is "".
+func setMessage(e *hashfile.Tree, key, msg string) {
+	if msg == "" {
+		e.Unset(key)
+		return
+	}
+	e.SetValue(key, ErrorValue(msg))
 }
 
 // ErrorValue is the form in which SetError stores msg: runs of white space,

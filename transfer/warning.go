@@ -12,10 +12,6 @@ func SetWarning(t *hashfile.Tree, src, msg string) bool {
 	if e == nil {
 		return false
 	}
-	if msg == "" {
-		e.Unset(KeyWarning)
-		return true
-	}
-	e.SetValue(KeyWarning, ErrorValue(msg))
+	setMessage(e, KeyWarning, msg)
 	return true
 }
