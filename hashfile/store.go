@@ -627,7 +627,7 @@ func readAll(f *os.File, buf []byte) ([]byte, error) {
 
 // lock takes the file lock of f; it is released when f is closed. It
 // tries without waiting first. If the lock is taken and ctx can be
-// cancelled or a wait hook is set, it retries after the waits lockBackoff
+// cancelled or a wait hook is set, it retries after the waits s.backoff
 // gives, giving up when ctx is done; otherwise it waits in the kernel, as
 // KVTree does.
 func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {

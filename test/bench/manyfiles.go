@@ -50,7 +50,7 @@ func (b *bench) manyFiles() error {
 	fmt.Println()
 	fmt.Println("The durable floor is the least a copy of small files making the daemon's promise does: one thread, each file into an unnamed file, the write-back started every 8 MiB, one syncfs for the data, a link per file, one syncfs for the names; no check, CRC or transfer file.")
 	fmt.Println()
-	fmt.Printf("scr-transferd per run, RUN to DONE (medians): %s. The daemon's time runs from the end of the library's update (the files and COMMAND RUN written, the lock released) to the read that showed DONE. ", strings.Join(costs, "; "))
+	fmt.Printf("scr-transferd per run, RUN to DONE (medians): %s. The daemon's time runs from the end of the library's update (the files and COMMAND RUN written, the lock released) to when a reader taking the lock could see DONE. ", strings.Join(costs, "; "))
 	fmt.Printf("A new daemon touches most of its memory for the first time during its first flush; on this machine a first touch of a page costs %s (transparent huge pages: %s).\n\n",
 		faultCostText(), thpMode())
 	fmt.Println("| entries of 1 KiB | transfer file | cp -r + sync | scr-transferd RUN to DONE | vs cp | one locked update | daemon peak RSS |")
@@ -236,7 +236,7 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (manyResult, 
 		start := time.Now()
 		updates = append(updates, start.Sub(asked))
 		// Poll gently: the raw bytes, without the lock the daemon needs,
-		// until FLAG DONE shows in them.
+		// until FLAG DONE shows in them; then a locked read decides.
 		seen, err := b.waitForDone(time.Millisecond, 2*time.Hour)
 		if err != nil {
 			return err
