@@ -27,7 +27,8 @@ func resident(t *testing.T, b []byte) int {
 
 // TestBytesMakesThePages: the pages of a fresh mapping are made by Bytes,
 // without a byte of it being written, and what it held is left as it was;
-// a buffer under Min is left alone.
+// a buffer under Min is left alone. Where the kernel lacks the call, no
+// page is made and nothing changes.
 func TestBytesMakesThePages(t *testing.T) {
 	const size = 1 << 20
 	pages := size / os.Getpagesize()
@@ -41,20 +42,26 @@ func TestBytesMakesThePages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(probe)
-	if err := unix.Madvise(probe, unix.MADV_POPULATE_WRITE); errors.Is(err, unix.EINVAL) {
-		t.Skip("this kernel has no MADV_POPULATE_WRITE (Linux 5.14)")
+	// Before Linux 5.14 there is no MADV_POPULATE_WRITE: no page is made,
+	// and the contents must still be left as they are.
+	supported := !errors.Is(unix.Madvise(probe, unix.MADV_POPULATE_WRITE), unix.EINVAL)
+	want := func(n int) int {
+		if supported {
+			return n
+		}
+		return 1 // the page written below
 	}
 	if n := resident(t, b); n != 0 {
 		t.Fatalf("%d of %d pages of a fresh mapping resident already", n, pages)
 	}
 	b[size-1] = 7 // one page made by a write
 	Bytes(b[: 0 : size/2])
-	if n := resident(t, b); n != pages/2+1 {
-		t.Fatalf("%d pages resident after Bytes on the first half, want %d", n, pages/2+1)
+	if n := resident(t, b); n != want(pages/2+1) {
+		t.Fatalf("%d pages resident after Bytes on the first half, want %d", n, want(pages/2+1))
 	}
 	Slice(b)
-	if n := resident(t, b); n != pages {
-		t.Fatalf("%d of %d pages resident after Slice on the whole", n, pages)
+	if n := resident(t, b); n != want(pages) {
+		t.Fatalf("%d of %d pages resident after Slice on the whole, want %d", n, pages, want(pages))
 	}
 	for i, c := range b[:size-1] {
 		if c != 0 {
