@@ -312,6 +312,10 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		next++
 		return next - 1, cur
 	}
+	// The files' commits, if any (a copy interrupted with progress to
+	// save), share one grace period, as they share ctx.
+	grace, cancelGrace := graceContext(ctx, commitGrace)
+	defer cancelGrace()
 	var wg sync.WaitGroup
 	for _, c := range d.copiers[:min(len(d.copiers), len(j.subs))] {
 		wg.Add(1)
@@ -319,7 +323,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 			defer wg.Done()
 			for i, g := take(); i >= 0; i, g = take() {
 				sub := j.subs[i]
-				sub.started, sub.batch, sub.copier = time.Now(), g.b, c
+				sub.started, sub.batch, sub.copier, sub.grace = time.Now(), g.b, c, grace
 				f := sub.file
 				if ce := d.log.Check(sub.level(), "copy"); ce != nil {
 					ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest),

@@ -98,6 +98,9 @@ type job struct {
 	subs   []*job
 	batch  *flush.Batch  // the batch a file's copy completes into, nil if none
 	copier *flush.Copier // the copier of a batch's stream, nil for d.copier
+	// grace is the context a batch's commits wait for the lock under
+	// (see commitGrace), one for all its files; nil: copyFile makes one.
+	grace context.Context
 	// quiet: a file of a batch logged as a whole; its own lines are debug.
 	quiet bool
 }
@@ -825,8 +828,12 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	// without its CRC. A commit changes WRITTEN only while the entry holds
 	// what this copy last recorded (or read at its start): if the library
 	// reset it or re-added the entry, its value wins and the copy stops.
-	cctx, cancel := graceContext(ctx, commitGrace)
-	defer cancel()
+	cctx := j.grace
+	if cctx == nil {
+		var cancel context.CancelFunc
+		cctx, cancel = graceContext(ctx, commitGrace)
+		defer cancel()
+	}
 	commit := func(n int64, crc uint32) error {
 		ok, stored := true, false
 		var prev int64

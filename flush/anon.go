@@ -109,7 +109,7 @@ func (r *run) linkAnon() error {
 		return nil
 	}
 	if !errors.Is(err, unix.EEXIST) {
-		return osErr(r.dstName, "cannot link the copy into place", err)
+		return osErr(r.dstName(), "cannot link the copy into place", err)
 	}
 	if err := r.nameAnon(); err != nil {
 		return err
@@ -139,7 +139,7 @@ func (r *run) nameAnon() error {
 		err = link()
 	}
 	if err != nil {
-		return osErr(r.dstName, "cannot name partial copy "+r.tmpPath, err)
+		return osErr(r.dstName(), "cannot name partial copy "+r.tmpPath, err)
 	}
 	r.anon = false
 	return nil
@@ -153,24 +153,24 @@ func (r *run) removeStalePartial() error {
 		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
-		return osErr(r.dstName, "cannot open partial copy "+r.tmpPath, err)
+		return osErr(r.dstName(), "cannot open partial copy "+r.tmpPath, err)
 	}
 	defer unix.Close(fd)
 	if err := lockPartial(fd); err != nil {
-		return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName, r.tmpPath, err)
+		return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName(), r.tmpPath, err)
 	}
 	var held, named unix.Stat_t
 	if err := unix.Fstat(fd, &held); err != nil {
-		return osErr(r.dstName, "cannot stat partial copy "+r.tmpPath, err)
+		return osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
 	}
 	if held.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName, r.tmpPath, ErrNotRegular, fileKind(held.Mode))
+		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(held.Mode))
 	}
 	if err := unix.Fstatat(r.dir, r.tmpName, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&held, &named) {
-		return fmt.Errorf("%s: %w: partial copy %s changed while it was being removed; will try again", r.dstName, ErrPartialLocked, r.tmpPath)
+		return fmt.Errorf("%s: %w: partial copy %s changed while it was being removed; will try again", r.dstName(), ErrPartialLocked, r.tmpPath)
 	}
 	if err := unix.Unlinkat(r.dir, r.tmpName, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-		return osErr(r.dstName, "cannot remove stale partial copy "+r.tmpPath, err)
+		return osErr(r.dstName(), "cannot remove stale partial copy "+r.tmpPath, err)
 	}
 	return nil
 }

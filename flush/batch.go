@@ -62,8 +62,8 @@ type Batch struct {
 type batchDir struct {
 	fd    int
 	dev   uint64
-	key   string // root and path, as asked for
-	name  string
+	root  string   // as asked for
+	name  string   // the path, as asked for
 	names dirNames // its entries when the Batch opened it
 }
 
@@ -144,11 +144,10 @@ func NewBatch(t *Throttle, syncEach bool) *Batch {
 // publishing (Sync) look the names up afresh, so a directory moved after
 // it was opened is seen then, as for a lone copy.
 func (b *Batch) openDir(dir, root, who string) (int, dirNames, error) {
-	key := root + "\x00" + dir
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, d := range b.dirs {
-		if d.key == key {
+		if d.name == dir && d.root == root {
 			return d.fd, d.names, nil
 		}
 	}
@@ -162,7 +161,7 @@ func (b *Batch) openDir(dir, root, who string) (int, dirNames, error) {
 		return -1, nil, osErr(who, "cannot stat directory "+dir, err)
 	}
 	names := listDir(fd, st.Size)
-	b.dirs = append(b.dirs, batchDir{fd: fd, dev: st.Dev, key: key, name: dir, names: names})
+	b.dirs = append(b.dirs, batchDir{fd: fd, dev: st.Dev, root: root, name: dir, names: names})
 	b.parents = append(b.parents, parents...)
 	return fd, names, nil
 }
@@ -263,9 +262,9 @@ func (b *Batch) Sync(ctx context.Context) error {
 	for i, r := range b.held {
 		switch {
 		case err != nil:
-			errs[i] = osErr(r.dstName, "cannot make partial copy "+r.tmpPath+" durable", err)
+			errs[i] = osErr(r.dstName(), "cannot make partial copy "+r.tmpPath+" durable", err)
 		case mode.failed[r] != nil:
-			errs[i] = osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, mode.failed[r])
+			errs[i] = osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, mode.failed[r])
 		}
 	}
 	b.each(func(i int, r *run) {

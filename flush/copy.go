@@ -236,20 +236,19 @@ type run struct {
 	res    Result
 	w      *Work // nil when unthrottled
 
-	srcName, dstName string // "source <path>", "destination <path>", for messages
-	dst, tmpPath     string
-	base, tmpName    string // final components of dst and tmpPath, in dir
-	src, tmp, dir    int    // file descriptors (dir: dst's directory), -1 when closed
-	srcStat          unix.Stat_t
-	srcFile          *os.File    // a duplicate of src handed to job.Verify, nil if none
-	check            Check       // job.Verify's check of this copy, nil if none
-	srcID            identity    // the source as opened: checked at every commit and before publishing
-	srcPlace         place       // the source's path, looked up afresh at each check
-	tmpPlace         place       // the partial copy's path, likewise
-	dstPlace         place       // DESTINATION, looked up once published
-	tmpStat          unix.Stat_t // the partial copy as opened, to tell it from a file put in its place
-	seg              segmenter   // over the source
-	whole            []byte      // the source's bytes when readWhole read it whole, else nil
+	dst, tmpPath  string
+	base, tmpName string // final components of dst and tmpPath, in dir
+	src, tmp, dir int    // file descriptors (dir: dst's directory), -1 when closed
+	srcStat       unix.Stat_t
+	srcFile       *os.File    // a duplicate of src handed to job.Verify, nil if none
+	check         Check       // job.Verify's check of this copy, nil if none
+	srcID         identity    // the source as opened: checked at every commit and before publishing
+	srcPlace      place       // the source's path, looked up afresh at each check
+	tmpPlace      place       // the partial copy's path, likewise
+	dstPlace      place       // DESTINATION, looked up once published
+	tmpStat       unix.Stat_t // the partial copy as opened, to tell it from a file put in its place
+	seg           segmenter   // over the source
+	whole         []byte      // the source's bytes when readWhole read it whole, else nil
 
 	pos      int64 // data before pos is written to the partial copy
 	crc      uint32
@@ -268,39 +267,43 @@ type run struct {
 	newDirParents []string // parents of directories this copy created
 }
 
+// srcName and dstName name the source and DESTINATION in messages, made
+// only when one is written.
+func (r *run) srcName() string { return "source " + r.job.Src }
+func (r *run) dstName() string { return "destination " + r.job.Dst }
+
 func (r *run) do() error {
 	job := &r.job
 	if job.Src == "" || job.Dst == "" {
 		return fmt.Errorf("%w: source %q or destination %q is empty", ErrInvalidJob, job.Src, job.Dst)
 	}
-	r.srcName, r.dstName = "source "+job.Src, "destination "+job.Dst
 	if job.Size < 0 {
-		return fmt.Errorf("%s: %w: SIZE %d is negative", r.srcName, ErrInvalidJob, job.Size)
+		return fmt.Errorf("%s: %w: SIZE %d is negative", r.srcName(), ErrInvalidJob, job.Size)
 	}
 	r.dst = filepath.Clean(job.Dst)
 	r.tmpPath = TempPath(r.dst)
 	r.base, r.tmpName = filepath.Base(r.dst), filepath.Base(r.tmpPath)
 	if b := filepath.Base(r.dst); b == "/" || b == "." || b == ".." {
-		return fmt.Errorf("%s: %w: not a file name", r.dstName, ErrInvalidJob)
+		return fmt.Errorf("%s: %w: not a file name", r.dstName(), ErrInvalidJob)
 	}
 	if s := filepath.Clean(job.Src); s == r.dst || s == r.tmpPath {
-		return fmt.Errorf("%s: %w: the destination is the source itself", r.dstName, ErrInvalidJob)
+		return fmt.Errorf("%s: %w: the destination is the source itself", r.dstName(), ErrInvalidJob)
 	}
 	var err error
 	if r.srcPlace, err = newPlace(job.Src, job.SrcRoot); err != nil {
-		return fmt.Errorf("%s: %w", r.srcName, err)
+		return fmt.Errorf("%s: %w", r.srcName(), err)
 	}
 	if r.tmpPlace, err = newPlace(r.tmpPath, job.DstRoot); err != nil {
-		return fmt.Errorf("%s: %w", r.dstName, err)
+		return fmt.Errorf("%s: %w", r.dstName(), err)
 	}
 	if r.dstPlace, err = newPlace(r.dst, job.DstRoot); err != nil {
-		return fmt.Errorf("%s: %w", r.dstName, err)
+		return fmt.Errorf("%s: %w", r.dstName(), err)
 	}
 	if job.Ranges != nil {
 		rs, err := normalizeRanges(r.c.ranges, job.Ranges, job.Size)
 		r.c.ranges = rs[:0]
 		if err != nil {
-			return fmt.Errorf("%s: %w", r.srcName, err)
+			return fmt.Errorf("%s: %w", r.srcName(), err)
 		}
 		r.seg.explicit, r.seg.ranges = true, rs
 	}
@@ -341,7 +344,7 @@ func (r *run) interrupted(err, saveErr error) error {
 	if err == nil || !r.isCtxErr(err) {
 		return err
 	}
-	err = fmt.Errorf("%s: copy to %s interrupted with %d bytes durable: %w", r.srcName, r.job.Dst, r.res.Written, err)
+	err = fmt.Errorf("%s: copy to %s interrupted with %d bytes durable: %w", r.srcName(), r.job.Dst, r.res.Written, err)
 	if saveErr != nil {
 		err = fmt.Errorf("%w; saving progress: %w", err, saveErr)
 	}
@@ -352,20 +355,20 @@ func (r *run) interrupted(err, saveErr error) error {
 func (r *run) openSource() error {
 	fd, err := openSource(r.job.Src, r.job.SrcRoot)
 	if err != nil {
-		return osErr(r.srcName, "cannot open", err)
+		return osErr(r.srcName(), "cannot open", err)
 	}
 	r.src, r.seg.fd = fd, fd
 	if err := unix.Fstat(fd, &r.srcStat); err != nil {
-		return osErr(r.srcName, "cannot stat", err)
+		return osErr(r.srcName(), "cannot stat", err)
 	}
 	r.srcID = identityOf(&r.srcStat)
 	// The O_NONBLOCK it was opened with (so that a FIFO in its place
 	// cannot block the open) stays: reads of a regular file ignore it.
 	if r.srcStat.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: %w: it is %s", r.srcName, ErrNotRegular, fileKind(r.srcStat.Mode))
+		return fmt.Errorf("%s: %w: it is %s", r.srcName(), ErrNotRegular, fileKind(r.srcStat.Mode))
 	}
 	if r.srcStat.Size != r.job.Size {
-		return fmt.Errorf("%s: %w: the file holds %d bytes, the transfer file says %d", r.srcName, ErrSizeMismatch, r.srcStat.Size, r.job.Size)
+		return fmt.Errorf("%s: %w: the file holds %d bytes, the transfer file says %d", r.srcName(), ErrSizeMismatch, r.srcStat.Size, r.job.Size)
 	}
 	// A file with as many bytes allocated as it holds has no hole worth
 	// looking for: it is read whole, without a SEEK_DATA and a SEEK_HOLE
@@ -392,7 +395,7 @@ func (r *run) readWhole() error {
 	}
 	got, err := preadFull(r.src, r.c.buf[:size], 0)
 	if err != nil {
-		return osErr(r.srcName, "cannot read at byte 0", err)
+		return osErr(r.srcName(), "cannot read at byte 0", err)
 	}
 	if int64(got) < size {
 		return r.sourceChanged(fmt.Sprintf("it ended at byte %d, SIZE is %d", got, size))
@@ -435,7 +438,7 @@ func (r *run) startCheck() error {
 	} else {
 		dup, err := unix.FcntlInt(uintptr(r.src), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
-			return osErr(r.srcName, "cannot duplicate the descriptor", err)
+			return osErr(r.srcName(), "cannot duplicate the descriptor", err)
 		}
 		r.srcFile = os.NewFile(uintptr(dup), r.job.Src)
 		src = r.srcFile
@@ -449,7 +452,7 @@ func (r *run) startCheck() error {
 		rs, err := normalizeRanges(r.c.ranges, rs, r.job.Size)
 		r.c.ranges = rs[:0]
 		if err != nil {
-			return fmt.Errorf("%s: %w", r.srcName, err)
+			return fmt.Errorf("%s: %w", r.srcName(), err)
 		}
 		r.seg.explicit, r.seg.ranges, r.seg.i = true, rs, 0
 	}
@@ -470,13 +473,13 @@ func (r *run) openTemp() error {
 	if b := r.job.Batch; b != nil {
 		// The Batch's, opened once for all its copies to that directory;
 		// the Batch makes the new directories durable.
-		dir, names, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
+		dir, names, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
 		if err != nil {
 			return err
 		}
 		r.dir, r.dirBorrowed, r.dirNames = dir, true, names
 	} else {
-		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName)
+		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
 		if err != nil {
 			return err
 		}
@@ -487,7 +490,7 @@ func (r *run) openTemp() error {
 		var st unix.Stat_t
 		if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			// rename(2) could not replace it: fail before copying anything.
-			return fmt.Errorf("%s: %w: it is a directory", r.dstName, unix.EISDIR)
+			return fmt.Errorf("%s: %w: it is a directory", r.dstName(), unix.EISDIR)
 		}
 	}
 	w := r.job.Written
@@ -513,7 +516,7 @@ func (r *run) openTemp() error {
 		r.res.Restarted = why
 		if r.job.Size > 0 {
 			if err := r.commit(0, 0); err != nil {
-				return fmt.Errorf("%s: recording the restart from 0: %w", r.srcName, err)
+				return fmt.Errorf("%s: recording the restart from 0: %w", r.srcName(), err)
 			}
 		}
 	}
@@ -529,7 +532,7 @@ func (r *run) resume() (ok bool, why string, err error) {
 		return false, fmt.Sprintf("partial copy %s is missing", r.tmpPath), nil
 	}
 	if err != nil {
-		return false, "", osErr(r.dstName, "cannot open partial copy "+r.tmpPath, err)
+		return false, "", osErr(r.dstName(), "cannot open partial copy "+r.tmpPath, err)
 	}
 	r.tmp = fd
 	if err := r.lockTemp(); err != nil {
@@ -537,10 +540,10 @@ func (r *run) resume() (ok bool, why string, err error) {
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return false, "", osErr(r.dstName, "cannot stat partial copy "+r.tmpPath, err)
+		return false, "", osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return false, "", fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName, r.tmpPath, ErrNotRegular, fileKind(st.Mode))
+		return false, "", fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(st.Mode))
 	}
 	r.tmpStat = st
 	// The bytes of the partial copy are the source's only if the source is
@@ -560,7 +563,7 @@ func (r *run) resume() (ok bool, why string, err error) {
 	}
 	if st.Size > w {
 		if err := ftruncate(fd, w); err != nil {
-			return false, "", osErr(r.dstName, "cannot truncate partial copy "+r.tmpPath, err)
+			return false, "", osErr(r.dstName(), "cannot truncate partial copy "+r.tmpPath, err)
 		}
 	}
 	r.tempSize, r.pos, r.kicked, r.dropped = w, w, w, w
@@ -568,9 +571,9 @@ func (r *run) resume() (ok bool, why string, err error) {
 	// The CRC of the prefix: from the source when the copy is to be verified
 	// against it, else from the partial copy itself.
 	if r.c.o.VerifyAfter || r.check != nil {
-		r.crc, err = r.crcOf(r.src, &r.seg, w, r.srcName, r.check)
+		r.crc, err = r.crcOf(r.src, &r.seg, w, r.srcName(), r.check)
 	} else {
-		r.crc, err = r.crcOf(fd, &segmenter{fd: fd}, w, r.dstName+": partial copy "+r.tmpPath, nil)
+		r.crc, err = r.crcOf(fd, &segmenter{fd: fd}, w, r.dstName()+": partial copy "+r.tmpPath, nil)
 	}
 	if rf := (*refusal)(nil); errors.As(err, &rf) {
 		return false, "", r.refuse(rf.err)
@@ -590,7 +593,7 @@ func (r *run) createTemp() error {
 		var err error
 		fd, err = r.job.Batch.createAnon(r.dir)
 		if err != nil && !errors.Is(err, errNoAnon) {
-			return osErr(r.dstName, "cannot create partial copy in "+filepath.Dir(r.dst), err)
+			return osErr(r.dstName(), "cannot create partial copy in "+filepath.Dir(r.dst), err)
 		}
 		r.anon = err == nil
 		// A partial copy at the partial copy's name is left from an earlier
@@ -610,7 +613,7 @@ func (r *run) createTemp() error {
 		var err error
 		fd, err = openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW, 0o666)
 		if err != nil {
-			return osErr(r.dstName, "cannot create partial copy "+r.tmpPath, err)
+			return osErr(r.dstName(), "cannot create partial copy "+r.tmpPath, err)
 		}
 	}
 	r.tmp = fd
@@ -623,14 +626,14 @@ func (r *run) createTemp() error {
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return osErr(r.dstName, "cannot stat partial copy "+r.tmpPath, err)
+		return osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName, r.tmpPath, ErrNotRegular, fileKind(st.Mode))
+		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(st.Mode))
 	}
 	if st.Size > 0 {
 		if err := ftruncate(fd, 0); err != nil {
-			return osErr(r.dstName, "cannot empty partial copy "+r.tmpPath, err)
+			return osErr(r.dstName(), "cannot empty partial copy "+r.tmpPath, err)
 		}
 	}
 	r.tmpStat = st
@@ -660,7 +663,7 @@ func (r *run) copyData() error {
 	for r.pos < size {
 		ds, de, ok, err := r.seg.next(r.pos, size)
 		if err != nil {
-			return osErr(r.srcName, "cannot locate data (SEEK_DATA/SEEK_HOLE)", err)
+			return osErr(r.srcName(), "cannot locate data (SEEK_DATA/SEEK_HOLE)", err)
 		}
 		if !ok {
 			break
@@ -679,7 +682,7 @@ func (r *run) copyData() error {
 				}
 				got, err := preadFull(r.src, buf[:n], off)
 				if err != nil {
-					return osErr(r.srcName, fmt.Sprintf("cannot read at byte %d", off), err)
+					return osErr(r.srcName(), fmt.Sprintf("cannot read at byte %d", off), err)
 				}
 				if got < n {
 					return r.sourceChanged(fmt.Sprintf("it ended at byte %d, SIZE is %d", off+int64(got), size))
@@ -691,7 +694,7 @@ func (r *run) copyData() error {
 			hole := r.seg.inTail(off) && allZero(p)
 			if !hole {
 				if err := pwriteFull(r.tmp, p, off); err != nil {
-					return osErr(r.dstName, "cannot write partial copy "+r.tmpPath, err)
+					return osErr(r.dstName(), "cannot write partial copy "+r.tmpPath, err)
 				}
 			}
 			if r.check != nil {
@@ -750,7 +753,7 @@ func (r *run) syncCommit() error {
 	}
 	r.res.Written = r.pos
 	if err := r.commit(r.pos, r.crc); err != nil {
-		return fmt.Errorf("%s: recording %d bytes durable: %w", r.srcName, r.pos, err)
+		return fmt.Errorf("%s: recording %d bytes durable: %w", r.srcName(), r.pos, err)
 	}
 	return nil
 }
@@ -762,12 +765,12 @@ func (r *run) syncCommit() error {
 func (r *run) checkTempLinked() error {
 	var st unix.Stat_t
 	if err := unix.Fstat(r.tmp, &st); err != nil {
-		return osErr(r.dstName, "cannot stat partial copy "+r.tmpPath, err)
+		return osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
 	}
 	if st.Nlink == 0 {
 		_ = r.closeTemp()
 		r.forget()
-		return fmt.Errorf("%s: %w: partial copy %s was removed or replaced during the copy", r.dstName, ErrDestinationChanged, r.tmpPath)
+		return fmt.Errorf("%s: %w: partial copy %s was removed or replaced during the copy", r.dstName(), ErrDestinationChanged, r.tmpPath)
 	}
 	return nil
 }
@@ -777,10 +780,10 @@ func (r *run) lockTemp() error {
 	switch err := lockPartial(r.tmp); {
 	case errors.Is(err, ErrPartialLocked):
 		_ = r.closeTemp()
-		return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName, r.tmpPath, err)
+		return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName(), r.tmpPath, err)
 	case err != nil:
 		_ = r.closeTemp()
-		return osErr(r.dstName, "cannot lock partial copy "+r.tmpPath, err)
+		return osErr(r.dstName(), "cannot lock partial copy "+r.tmpPath, err)
 	}
 	return nil
 }
@@ -800,7 +803,7 @@ func (r *run) checkTempPlace() error {
 		detail = fmt.Sprintf("cannot be looked up (%v)", err)
 	}
 	return fmt.Errorf("%s: %w: %s %s, not to the partial copy being written%s",
-		r.dstName, ErrDestinationMoved, r.tmpPath, detail, r.discardTemp())
+		r.dstName(), ErrDestinationMoved, r.tmpPath, detail, r.discardTemp())
 }
 
 // checkSource fails unless the source is still the file the copy started
@@ -815,7 +818,7 @@ func (r *run) checkSource() error {
 	lookup := r.srcPlace.stat(&fresh)
 	if r.src >= 0 {
 		if err := unix.Fstat(r.src, &st); err != nil {
-			return osErr(r.srcName, "cannot stat", err)
+			return osErr(r.srcName(), "cannot stat", err)
 		}
 	} else if lookup == nil {
 		// Closed already (a copy held by a Batch): the file the path leads
@@ -830,7 +833,7 @@ func (r *run) checkSource() error {
 	case errors.Is(lookup, unix.ENOENT):
 		return r.sourceReplaced("it was removed from its path")
 	case lookup != nil:
-		return osErr(r.srcName, "cannot look up", lookup)
+		return osErr(r.srcName(), "cannot look up", lookup)
 	case now.size != r.job.Size:
 		return r.sourceChanged(fmt.Sprintf("it now holds %d bytes, SIZE is %d", now.size, r.job.Size))
 	case !sameFile(&fresh, &st):
@@ -848,7 +851,7 @@ func (r *run) syncTemp(size int64) error {
 		return err
 	}
 	if err := fsync(r.tmp); err != nil {
-		return osErr(r.dstName, "cannot fsync partial copy "+r.tmpPath, err)
+		return osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, err)
 	}
 	r.unsynced, r.lastSync = 0, time.Now()
 	r.dropCache()
@@ -860,7 +863,7 @@ func (r *run) syncTemp(size int64) error {
 func (r *run) extendTemp(size int64) error {
 	if r.tempSize < size {
 		if err := ftruncate(r.tmp, size); err != nil {
-			return osErr(r.dstName, "cannot extend partial copy "+r.tmpPath, err)
+			return osErr(r.dstName(), "cannot extend partial copy "+r.tmpPath, err)
 		}
 		r.tempSize = size
 	}
@@ -892,12 +895,12 @@ func (r *run) syncDirs() error {
 	}
 	for _, d := range r.newDirParents {
 		if err := fsyncDir(d); err != nil {
-			return osErr(r.dstName, "cannot fsync directory "+d, err)
+			return osErr(r.dstName(), "cannot fsync directory "+d, err)
 		}
 	}
 	r.newDirParents = nil
 	if err := fsync(r.dir); err != nil {
-		return osErr(r.dstName, "cannot fsync directory "+filepath.Dir(r.tmpPath), err)
+		return osErr(r.dstName(), "cannot fsync directory "+filepath.Dir(r.tmpPath), err)
 	}
 	r.dirsPending = false
 	return nil
@@ -946,13 +949,13 @@ func (r *run) finish() error {
 	if r.c.o.VerifyAfter {
 		// Drop the cached pages so the check reads what storage holds.
 		_ = unix.Fadvise(r.tmp, 0, 0, unix.FADV_DONTNEED)
-		got, err := r.crcOf(r.tmp, &segmenter{fd: r.tmp}, size, r.dstName+": partial copy "+r.tmpPath, nil)
+		got, err := r.crcOf(r.tmp, &segmenter{fd: r.tmp}, size, r.dstName()+": partial copy "+r.tmpPath, nil)
 		if err != nil {
 			return err
 		}
 		if got != r.crc {
 			return fmt.Errorf("%s: %w: the written copy has CRC32 %#08x, the data read from the source %#08x%s",
-				r.dstName, ErrVerifyMismatch, got, r.crc, r.discardTemp())
+				r.dstName(), ErrVerifyMismatch, got, r.crc, r.discardTemp())
 		}
 	}
 	if b != nil {
@@ -966,11 +969,11 @@ func (r *run) finish() error {
 	}
 	if err := r.closeTemp(); err != nil {
 		r.forget()
-		return osErr(r.dstName, "cannot close partial copy "+r.tmpPath, err)
+		return osErr(r.dstName(), "cannot close partial copy "+r.tmpPath, err)
 	}
 	r.res = Result{Written: size, CRC: r.crc, Complete: true, Restarted: r.res.Restarted}
 	if err := r.commit(size, r.crc); err != nil {
-		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName, err)
+		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName(), err)
 	}
 	return r.paceDone()
 }
@@ -1067,7 +1070,7 @@ func (r *run) checkPlaced() error {
 		_ = r.closeTemp()
 		r.forget()
 		return fmt.Errorf("%s: %w: after publishing, %s %s; the copy went to the directory's old place and is not recorded",
-			r.dstName, ErrDestinationMoved, r.dst, detail)
+			r.dstName(), ErrDestinationMoved, r.dst, detail)
 	}
 	return nil
 }
@@ -1077,7 +1080,7 @@ func (r *run) checkPlaced() error {
 // resume; a batch's copy is made again from 0 anyway, and its partial
 // copy, named only for this rename, is removed.
 func (r *run) renameFailed(err error) error {
-	err = osErr(r.dstName, "cannot rename partial copy "+r.tmpPath+" into place", err)
+	err = osErr(r.dstName(), "cannot rename partial copy "+r.tmpPath+" into place", err)
 	if r.job.Batch != nil {
 		err = fmt.Errorf("%w%s", err, r.discardTemp())
 	}
@@ -1097,12 +1100,12 @@ func (r *run) paceDone() error {
 // sourceChanged returns ErrSourceChanged with detail, after discarding the
 // partial copy, which may now mix old and new data.
 func (r *run) sourceChanged(detail string) error {
-	return fmt.Errorf("%s: %w: %s%s", r.srcName, ErrSourceChanged, detail, r.discardTemp())
+	return fmt.Errorf("%s: %w: %s%s", r.srcName(), ErrSourceChanged, detail, r.discardTemp())
 }
 
 // sourceReplaced is sourceChanged for ErrSourceReplaced.
 func (r *run) sourceReplaced(detail string) error {
-	return fmt.Errorf("%s: %w: %s%s", r.srcName, ErrSourceReplaced, detail, r.discardTemp())
+	return fmt.Errorf("%s: %w: %s%s", r.srcName(), ErrSourceReplaced, detail, r.discardTemp())
 }
 
 // discardTemp removes the partial copy so that the next Copy starts over,
@@ -1208,7 +1211,7 @@ func (r *run) closeFiles() error {
 	}
 	if r.tmp >= 0 {
 		if cerr := r.closeTemp(); cerr != nil {
-			err = osErr(r.dstName, "cannot close partial copy "+r.tmpPath, cerr)
+			err = osErr(r.dstName(), "cannot close partial copy "+r.tmpPath, cerr)
 		}
 	}
 	if r.src >= 0 {
