@@ -71,9 +71,20 @@ func (m *ftiMeta) intact() bool { return m.computeHash() == m.myHash }
 func (m *ftiMeta) computeHash() [16]byte {
 	var b [33 + 4 + 6*8]byte
 	copy(b[:], m.checksum[:])
-	m.order.PutUint32(b[33:], m.timestamp)
-	for i, v := range [...]int64{m.ckptSize, m.metaSize, m.dataSize, m.fs, m.ptFs, m.maxFs} {
-		m.order.PutUint64(b[37+8*i:], uint64(v))
+	ints := [...]int64{m.ckptSize, m.metaSize, m.dataSize, m.fs, m.ptFs, m.maxFs}
+	// Written through the two byte orders themselves rather than m.order:
+	// passed to a method of the interface, b would be moved to the heap,
+	// once for every file probed.
+	if m.order == binary.ByteOrder(binary.BigEndian) {
+		binary.BigEndian.PutUint32(b[33:], m.timestamp)
+		for i, v := range ints {
+			binary.BigEndian.PutUint64(b[37+8*i:], uint64(v))
+		}
+	} else {
+		binary.LittleEndian.PutUint32(b[33:], m.timestamp)
+		for i, v := range ints {
+			binary.LittleEndian.PutUint64(b[37+8*i:], uint64(v))
+		}
 	}
 	return md5.Sum(b[:])
 }

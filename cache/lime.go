@@ -134,10 +134,11 @@ func looksLikeLIME(s *source) (bool, error) {
 	if s.size < limeHeaderSize {
 		return false, nil
 	}
-	var h [limeHeaderSize]byte
-	if err := s.readAt(h[:], 0); err != nil {
+	h, release, err := s.view(0, limeHeaderSize)
+	if err != nil {
 		return false, err
 	}
+	defer release()
 	if binary.BigEndian.Uint16(h[4:]) != limeVersion || h[6]&^(limeFlagMB|limeFlagME) != 0 || h[6]&limeFlagMB == 0 || h[7] != 0 {
 		return false, nil
 	}
