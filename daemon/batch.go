@@ -222,6 +222,11 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		wb = flush.NewWriteback()
 	}
 	ends := d.groupEnds(j.subs, d.groupFiles(held))
+	// The copies the batch publishes are recorded, and the progress of a
+	// copy interrupted is saved, even once ctx ends, if the lock comes
+	// within commitGrace: one grace for the batch's records and commits.
+	grace, cancelGrace := graceContext(ctx, commitGrace)
+	defer cancelGrace()
 	results := make([]result, len(j.subs))
 	prefault.Slice(results)
 	handed := make(chan *group, len(ends)) // groups taken in full, in order
@@ -262,7 +267,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 			for _, g := range gs {
 				d.groupEvent(groupRecording, g.index)
 			}
-			d.recordGroups(ctx, j, gs, results)
+			d.recordGroups(grace, j, gs, results)
 			for _, g := range gs {
 				d.groupEvent(groupRecorded, g.index)
 				close(g.synced)
@@ -312,10 +317,6 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		next++
 		return next - 1, cur
 	}
-	// The files' commits, if any (a copy interrupted with progress to
-	// save), share one grace period, as they share ctx.
-	grace, cancelGrace := graceContext(ctx, commitGrace)
-	defer cancelGrace()
 	var wg sync.WaitGroup
 	for _, c := range d.copiers[:min(len(d.copiers), len(j.subs))] {
 		wg.Add(1)
@@ -432,8 +433,9 @@ func recordable(syncing <-chan *group, copiesOver <-chan struct{}) <-chan []*gro
 
 // recordGroups records the copies of the groups gs, each made durable and
 // published all at once by its Batch's Sync, in one update, and sets their
-// outcomes in results, the batch's, indexed as its subs.
-func (d *daemon) recordGroups(ctx context.Context, j *job, gs []*group, results []result) {
+// outcomes in results, the batch's, indexed as its subs. The update waits
+// for the lock under grace, the batch's grace context.
+func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, results []result) {
 	var done []*result
 	for _, g := range gs {
 		for i := g.first; i < g.end; i++ {
@@ -458,10 +460,8 @@ func (d *daemon) recordGroups(ctx context.Context, j *job, gs []*group, results 
 	prevs := make([]int64, len(done))
 	stored := make([]bool, len(done)) // durable set to SIZE under the lock
 	// The copies are published: recorded even when the batch is being
-	// stopped, if the lock comes within commitGrace.
-	cctx, cancel := graceContext(ctx, commitGrace)
-	defer cancel()
-	_, wrote, err := d.store.UpdateContext(cctx, func(t *hashfile.Tree) error {
+	// stopped, under the batch's grace (see copyBatch).
+	_, wrote, err := d.store.UpdateContext(grace, func(t *hashfile.Tree) error {
 		for i, r := range done {
 			f := r.job.file
 			prevs[i] = r.job.durable.Load()
