@@ -224,8 +224,9 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	ends := d.groupEnds(j.subs, d.groupFiles(held))
 	// The copies the batch publishes are recorded, and the progress of a
 	// copy interrupted is saved, even once ctx ends, if the lock comes
-	// within commitGrace: one grace for the batch's records and commits.
-	grace, cancelGrace := graceContext(ctx, commitGrace)
+	// within the grace (see commitGrace): one for the batch's records and
+	// commits.
+	grace, cancelGrace := d.graceContext(ctx)
 	defer cancelGrace()
 	results := make([]result, len(j.subs))
 	prefault.Slice(results)

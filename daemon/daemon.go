@@ -285,24 +285,35 @@ func (d *daemon) loop(ctx context.Context) error {
 	}
 }
 
-// commitGrace is how long the commits of a copy still wait for the
-// transfer file's lock once the copy is told to stop (STOP, EXIT, a
-// signal): what they record is durable already, the progress saved on
-// stopping or a copy already published under its name, and the library
-// holds the lock for a moment at each of its updates. Without it, a stop
-// that met such a moment lost the commit: the next copy found no partial
-// copy to resume (it had been published) and started again from 0.
-// Shorter than stopWait, so that a stop is still answered in time when
-// the lock stays held.
-const commitGrace = 200 * time.Millisecond
+// commitGrace and stopGrace are how long the commits of a copy still wait
+// for the transfer file's lock once the copy is told to stop: what they
+// record is durable already, the progress saved on stopping or a copy
+// already published under its name, and the library holds the lock for a
+// moment at each of its updates. Without them, a stop that met such a
+// moment lost the commit: the next copy found no partial copy to resume (it
+// had been published) and started again from 0. On a signal the wait is
+// commitGrace, shorter than stopWait, so that the signal is still answered
+// in time when the lock stays held; when the library stops the copy
+// (STOP, a changed entry) it is stopGrace, since a loaded node's library
+// was seen to hold the lock for up to a second at a time.
+const (
+	commitGrace = 200 * time.Millisecond
+	stopGrace   = 5 * time.Second
+)
 
-// graceContext returns a context that ends grace after ctx does, and its
-// cancel.
-func graceContext(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+// graceContext returns a context that ends stopGrace after ctx does, or
+// commitGrace after the daemon's run is cancelled by a signal, whichever
+// comes first, and its cancel.
+func (d *daemon) graceContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	stopped := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
+	signalled := func() bool { return false }
+	if d.ctx != nil { // nil in tests of a daemon not started by Run
+		signalled = context.AfterFunc(d.ctx, func() { time.AfterFunc(commitGrace, cancel) })
+	}
 	return g, func() {
-		stop()
+		stopped()
+		signalled()
 		cancel()
 	}
 }
@@ -831,7 +842,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	cctx := j.grace
 	if cctx == nil {
 		var cancel context.CancelFunc
-		cctx, cancel = graceContext(ctx, commitGrace)
+		cctx, cancel = d.graceContext(ctx)
 		defer cancel()
 	}
 	commit := func(n int64, crc uint32) error {
