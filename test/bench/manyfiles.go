@@ -95,6 +95,27 @@ func pattern(i int, size int64) []byte {
 	return b
 }
 
+// checkCopies reports an error, naming the file, unless every source of
+// paths (pattern i of size bytes) is in dst under its own name with its
+// bytes. It runs after a timed flush, outside its time: a fast flush of
+// the wrong bytes is no result.
+func checkCopies(paths []string, dst string, size int64) error {
+	for i, p := range paths {
+		name := filepath.Join(dst, filepath.Base(p))
+		got, err := os.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		switch {
+		case int64(len(got)) != size:
+			return fmt.Errorf("%s: %d bytes, its source %d", name, len(got), size)
+		case !bytes.Equal(got, pattern(i, size)):
+			return fmt.Errorf("%s: not its source's bytes", name)
+		}
+	}
+	return nil
+}
+
 func sizeText(n int64) string {
 	if n >= 1<<20 {
 		return strconv.FormatInt(n>>20, 10) + " MiB"
@@ -200,6 +221,9 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (manyResult, 
 			return fmt.Errorf("durable floor: %w", err)
 		}
 		fs = append(fs, t)
+		if err := checkCopies(paths, dst, size); err != nil {
+			return fmt.Errorf("durable floor: %w", err)
+		}
 		return evict(dst)
 	}
 	runDaemon := func(r int) error {
@@ -247,6 +271,9 @@ func (b *bench) manyRound(n int, size int64, runs int, floor bool) (manyResult, 
 			return err
 		}
 		faults, cpus = append(faults, faults1-faults0), append(cpus, cpu1-cpu0)
+		if err := checkCopies(paths, dst, size); err != nil {
+			return fmt.Errorf("scr-transferd reported DONE: %w", err)
+		}
 		return evict(dst)
 	}
 	tools := []func(int) error{runCp, runFloor, runDaemon}
