@@ -228,7 +228,7 @@ func newBatchDaemon(t *testing.T, n, size, batchFiles int) (*daemon, *hashfile.S
 	cfg := Config{TransferFile: tf, Streams: 1, Flush: flush.Options{SyncBytes: 4 * int64(size)}}
 	cfg.setDefaults()
 	th := flush.NewThrottle()
-	d := &daemon{cfg: cfg, log: cfg.Log, store: store, throttle: th, copier: flush.NewCopier(th, cfg.Flush),
+	d := &daemon{ctx: t.Context(), cfg: cfg, log: cfg.Log, store: store, throttle: th, copier: flush.NewCopier(th, cfg.Flush),
 		beat: NewHeartbeat(0), batchFiles: batchFiles, results: make(chan result, 1)}
 	d.copiers = []*flush.Copier{d.copier}
 	return d, store, data

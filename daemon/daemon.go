@@ -307,10 +307,7 @@ const (
 func (d *daemon) graceContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopped := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
-	signalled := func() bool { return false }
-	if d.ctx != nil { // nil in tests of a daemon not started by Run
-		signalled = context.AfterFunc(d.ctx, func() { time.AfterFunc(commitGrace, cancel) })
-	}
+	signalled := context.AfterFunc(d.ctx, func() { time.AfterFunc(commitGrace, cancel) })
 	return g, func() {
 		stopped()
 		signalled()
