@@ -71,6 +71,7 @@ type daemon struct {
 	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
 	flushStarted time.Time             // the flush under way began, zero when none
 	flushCopied  int64                 // copied when it began
+	autoLogged   float64               // BW auto's rate last logged (bwauto.go)
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
@@ -168,6 +169,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	th := flush.NewThrottle()
+	th.SetAuto(cfg.BWAuto)
 	d := &daemon{
 		ctx:      ctx,
 		beat:     cfg.Heartbeat,
@@ -275,6 +277,7 @@ func (d *daemon) loop(ctx context.Context) error {
 		case <-progress:
 			d.report()
 			d.logThrottle()
+			d.logAuto()
 		case <-progressLog:
 			d.logProgress()
 		case <-heartbeat:
@@ -1065,6 +1068,7 @@ func (d *daemon) report() {
 	}
 	ts := d.throttle.Stats()
 	s.ThrottleSleeps, s.ThrottleSlept = ts.Sleeps, ts.Slept
+	s.BWAuto = d.throttle.AutoRate()
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	if s != d.lastShown {
