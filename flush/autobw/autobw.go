@@ -55,9 +55,10 @@ const (
 	// Target is the added delay tolerated, as a fraction of the base: a
 	// fraction rather than a fixed time because the latency per byte of a
 	// write differs by orders of magnitude between a page cache, a disk and
-	// a network file system, and a queue of half our own service time means
-	// another writer's request waits at most about half again as long.
-	Target = 0.5
+	// a network file system; at 1, a queue no longer than our own service
+	// time, others' requests wait at most about as long again behind ours,
+	// while the scheduling noise of a loaded node stays below it.
+	Target = 1.0
 	// Decrease is the factor applied to the rate when the delay is above
 	// Target, at most once per sample that began after the last decrease
 	// (samples already under way reflect the old rate).
@@ -73,10 +74,16 @@ const (
 	// above that the limit binds nothing, and a rate far above it would
 	// take many halvings to come down when load appears.
 	Headroom = 2.0
-	// MinSampleBytes is the least a sample carries: smaller operations
-	// (the files of a batch of small files) are summed until they reach it,
-	// so that a per-operation cost does not read as delay.
+	// MinSampleBytes and MinSampleTime are the least a sample carries:
+	// operations are summed until they reach both, so that a per-operation
+	// cost (the files of a batch of small files) does not read as delay,
+	// and the latency of a few milliseconds' worth of operations, not of
+	// one that waited for a CPU, is compared with the base. Behind a queue
+	// one operation already lasts that long, so a queue is seen at once;
+	// at a low rate a sample ends after MaxStep whatever its time, so that
+	// the rate recovers as fast as samples come.
 	MinSampleBytes = 64 << 10
+	MinSampleTime  = 5 * time.Millisecond
 	// BaseBucket and BaseBuckets make the base history, as LEDBAT's: the
 	// minimum of each BaseBucket, over the last BaseBuckets of them, so the
 	// base follows a destination that became slower (or faster) within a
@@ -168,10 +175,13 @@ func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased
 		return c.rate, false
 	}
 	p := &c.pending[s.Kind]
+	if p.ops == 0 {
+		p.since = now.Add(-s.Took)
+	}
 	p.bytes += s.Bytes
 	p.took += s.Took
 	p.ops++
-	if p.bytes < MinSampleBytes {
+	if p.bytes < MinSampleBytes || (p.took < MinSampleTime && now.Sub(p.since) < MaxStep) {
 		return c.rate, false
 	}
 	s, ops := Sample{Kind: s.Kind, Bytes: p.bytes, Took: p.took}, p.ops
@@ -204,6 +214,7 @@ type pending struct {
 	bytes int64
 	took  time.Duration
 	ops   int64
+	since time.Time // when the first operation began
 }
 
 // record adds a per-byte latency v to class cl of kind k and returns the

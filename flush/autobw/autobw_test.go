@@ -17,8 +17,8 @@ const (
 )
 
 // dest is a simulated destination serving capa bytes/s to this daemon
-// alone; while busy(t) another writer shares it, and each write of ours
-// waits as long again.
+// alone; while busy(t) another writer queues larger requests there, and
+// each write of ours takes four times as long.
 type dest struct {
 	capa float64
 	busy func(t time.Time) bool
@@ -40,7 +40,7 @@ func (d dest) run(c *Controller, start, end time.Time) []point {
 	for now.Before(end) {
 		took := time.Duration(float64(chunk) / d.capa * float64(time.Second))
 		if d.busy != nil && d.busy(now) {
-			took *= 2
+			took *= 4
 		}
 		pace := time.Duration(float64(chunk) / c.Rate() * float64(time.Second))
 		done := now.Add(took)
@@ -148,7 +148,7 @@ func TestRateFollowsTheDestination(t *testing.T) {
 // before that decrease does not halve it again; one that began after does.
 func TestDecrease(t *testing.T) {
 	c := New(t0, 0)
-	base := time.Millisecond
+	base := MinSampleTime // one write, one sample
 	now := t0
 	for range 100 { // at the base: up to the capacity
 		now = now.Add(10 * time.Millisecond)
@@ -156,7 +156,7 @@ func TestDecrease(t *testing.T) {
 	}
 	for i := range Filter - 1 {
 		now = now.Add(10 * time.Millisecond)
-		if _, lowered := c.ObserveAt(now, Sample{Write, chunk, 2 * base}); lowered {
+		if _, lowered := c.ObserveAt(now, Sample{Write, chunk, 3 * base}); lowered {
 			t.Fatalf("delayed sample %d of %d lowered the rate: one sample is not a queue", i+1, Filter)
 		}
 	}
@@ -168,10 +168,10 @@ func TestDecrease(t *testing.T) {
 		want    float64 // rate after, as a fraction of r0
 		lowered bool
 	}{
-		{"delay of 2× the base", 10 * time.Millisecond, 2 * base, Decrease, true},
-		{"began before the decrease", time.Millisecond, 2 * base, Decrease, false},
-		{"began after the decrease", 10 * time.Millisecond, 2 * base, Decrease * Decrease, true},
-		{"delay within the target: no decrease", 10 * time.Millisecond, base + base*45/100, -1, false},
+		{"delay of 2× the base (3× in all)", 10 * time.Millisecond, 3 * base, Decrease, true},
+		{"began before the decrease", time.Millisecond, 3 * base, Decrease, false},
+		{"began after the decrease", 20 * time.Millisecond, 3 * base, Decrease * Decrease, true},
+		{"delay within the target: no decrease", 20 * time.Millisecond, base + base*9/10, -1, false},
 	}
 	for _, s := range steps {
 		before := c.Rate()
@@ -268,7 +268,10 @@ func TestCeilingAndFloor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := New(t0, tt.ceiling)
 			now := t0
-			c.ObserveAt(now, Sample{Write, chunk, time.Millisecond})
+			for range 10 {
+				now = now.Add(20 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, time.Millisecond})
+			}
 			for range 2000 {
 				now = now.Add(20 * time.Millisecond)
 				r, _ := c.ObserveAt(now, Sample{Write, chunk, tt.took})
