@@ -64,8 +64,10 @@ const (
 	// (samples already under way reflect the old rate).
 	Decrease = 0.5
 	// RampTime is how long the additive increase takes to add the
-	// destination's whole capacity when the delay stays at zero.
-	RampTime = 100 * time.Millisecond
+	// destination's whole capacity: an application's burst of writes
+	// leaves the destination idle again within a fraction of a second,
+	// and the flush should use that time.
+	RampTime = 50 * time.Millisecond
 	// MaxStep bounds the time one sample's increase is credited for, so
 	// that a sample after a long wait (a slow commit, an idle spell) does
 	// not jump the rate up.
@@ -184,7 +186,7 @@ func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased
 	if p.bytes < MinSampleBytes || (p.took < MinSampleTime && now.Sub(p.since) < MaxStep) {
 		return c.rate, false
 	}
-	s, ops := Sample{Kind: s.Kind, Bytes: p.bytes, Took: p.took}, p.ops
+	s, ops, began := Sample{Kind: s.Kind, Bytes: p.bytes, Took: p.took}, p.ops, p.since
 	*p = pending{}
 	c.advance(now)
 	delay := c.record(now, s.Kind, class(s.Bytes/ops), float64(max(s.Took, 1))/float64(s.Bytes))
@@ -192,7 +194,7 @@ func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased
 	c.last = now
 	switch {
 	case delay > Target:
-		if now.Add(-s.Took).Before(c.decrease) {
+		if began.Before(c.decrease) {
 			return c.rate, false // began under the old rate
 		}
 		c.decrease = now
@@ -200,7 +202,7 @@ func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased
 		c.rate = c.clamp(c.rate * Decrease)
 		return c.rate, c.rate < old
 	case dt > 0:
-		step := c.capacity() * (1 - delay/Target) * dt.Seconds() / RampTime.Seconds()
+		step := c.capacity() * dt.Seconds() / RampTime.Seconds()
 		if c.capacity() == 0 {
 			step = c.rate * dt.Seconds() / RampTime.Seconds()
 		}

@@ -248,7 +248,7 @@ func (b *bench) bwAuto() error {
 		return err
 	}
 	defer os.Remove(src)
-	alone, err := b.appAlone(appDir, max(5*time.Second, time.Duration(float64(size)/capa*float64(time.Second))))
+	alone, err := b.appAlone(appDir, max(10*time.Second, time.Duration(float64(size)/capa*float64(time.Second))))
 	if err != nil {
 		return err
 	}
@@ -410,9 +410,9 @@ func printAuto(capa float64, size int64, alone []appOp, runs []*autoRun) {
 		if r.app {
 			ops = within(r.ops, r.start, r.flush)
 		}
-		app := "| | | |"
+		app := " | | | |"
 		if len(ops) > 0 {
-			app = fmt.Sprintf("| %d | %.1f ms | %.1f ms | %.2f |", len(ops), ms(percentile(ops, 0.5)), ms(percentile(ops, 0.99)),
+			app = fmt.Sprintf("%d | %.1f ms | %.1f ms | %.2f |", len(ops), ms(percentile(ops, 0.5)), ms(percentile(ops, 0.99)),
 				float64(percentile(ops, 0.99))/float64(ref))
 		}
 		fmt.Printf("| %s | %.2f s | %.1f | %s\n", r.name, r.flush.Seconds(), mbps(size, r.flush), app)
