@@ -42,9 +42,9 @@ const (
 	maxCredit = minPause
 	// autoChunk is the largest chunk under BW auto, and its bucket size:
 	// each write is a sample of the destination's latency, and a small one
-	// both tells of a queue sooner and adds less to it (128 KiB is the
-	// request size of FUSE and of many network file systems' clients).
-	autoChunk = 128 << 10
+	// both tells of a queue sooner and adds less to it, while each write
+	// has a cost of its own that 256 KiB keeps small beside its transfer.
+	autoChunk = 256 << 10
 	// autoNotify is the rise of the BW auto rate at which copies waiting
 	// under the old rate re-plan.
 	autoNotify = 1.25
@@ -234,6 +234,7 @@ func (t *Throttle) observeAt(now time.Time, s autobw.Sample) {
 	old := t.limit
 	_, lowered := t.auto.ObserveAt(now, s)
 	t.applyLocked(now)
+
 	switch {
 	case lowered:
 		// Bytes banked at the old rate would go out now, into the queue.
@@ -577,3 +578,4 @@ func (w *Work) sleep(ctx context.Context, d time.Duration, changed <-chan struct
 		return time.Since(start), false, ctx.Err()
 	}
 }
+

@@ -59,9 +59,12 @@ const (
 	// time, others' requests wait at most about as long again behind ours,
 	// while the scheduling noise of a loaded node stays below it.
 	Target = 1.0
-	// Decrease is the factor applied to the rate when the delay is above
-	// Target, at most once per sample that began after the last decrease
-	// (samples already under way reflect the old rate).
+	// Decrease is the largest factor applied to the rate when the delay
+	// is above Target, at most once per sample that began after the last
+	// decrease (samples already under way reflect the old rate). A longer
+	// delay cuts deeper: at a latency k times the base, the destination
+	// serves others k-1 bytes for each of ours, and the rate is divided by
+	// k, so that one or two samples bring it down to what is left.
 	Decrease = 0.5
 	// RampTime is how long the additive increase takes to add the
 	// destination's whole capacity: an application's burst of writes
@@ -199,7 +202,7 @@ func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased
 		}
 		c.decrease = now
 		old := c.rate
-		c.rate = c.clamp(c.rate * Decrease)
+		c.rate = c.clamp(c.rate * min(Decrease, 1/(1+delay)))
 		return c.rate, c.rate < old
 	case dt > 0:
 		step := c.capacity() * dt.Seconds() / RampTime.Seconds()

@@ -144,8 +144,9 @@ func TestRateFollowsTheDestination(t *testing.T) {
 	}
 }
 
-// TestDecrease: a delayed sample halves the rate; a sample that began
-// before that decrease does not halve it again; one that began after does.
+// TestDecrease: a delayed sample divides the rate by its latency over the
+// base (at least halving it); a sample that began before that decrease
+// does not lower it again; one that began after does.
 func TestDecrease(t *testing.T) {
 	c := New(t0, 0)
 	base := MinSampleTime // one write, one sample
@@ -161,6 +162,7 @@ func TestDecrease(t *testing.T) {
 		}
 	}
 	r0 := c.Rate()
+	f := min(Decrease, 1.0/3) // a latency of 3× the base leaves us a third
 	steps := []struct {
 		name    string
 		after   time.Duration // since the previous sample ended
@@ -168,9 +170,9 @@ func TestDecrease(t *testing.T) {
 		want    float64 // rate after, as a fraction of r0
 		lowered bool
 	}{
-		{"delay of 2× the base (3× in all)", 10 * time.Millisecond, 3 * base, Decrease, true},
-		{"began before the decrease", time.Millisecond, 3 * base, Decrease, false},
-		{"began after the decrease", 20 * time.Millisecond, 3 * base, Decrease * Decrease, true},
+		{"delay of 2× the base (3× in all)", 10 * time.Millisecond, 3 * base, f, true},
+		{"began before the decrease", time.Millisecond, 3 * base, f, false},
+		{"began after the decrease", 20 * time.Millisecond, 3 * base, f * f, true},
 		{"delay within the target: no decrease", 20 * time.Millisecond, base + base*9/10, -1, false},
 	}
 	for _, s := range steps {
