@@ -578,4 +578,3 @@ func (w *Work) sleep(ctx context.Context, d time.Duration, changed <-chan struct
 		return time.Since(start), false, ctx.Err()
 	}
 }
-

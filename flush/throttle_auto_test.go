@@ -48,11 +48,12 @@ func TestAutoRateInForce(t *testing.T) {
 			}},
 		{"a queue: the rate falls and the bucket is empty", 0,
 			func(th *Throttle, now time.Time) time.Time {
-				now = feedAuto(th, now, 500, 2*ms, ms)
-				return feedAuto(th, now, 3, 4*ms, 3*ms)
+				// Each write one sample (autobw.MinSampleTime).
+				now = feedAuto(th, now, 500, 6*ms, 5*ms)
+				return feedAuto(th, now, 3, 16*ms, 15*ms)
 			},
 			func(t *testing.T, th *Throttle, now time.Time) {
-				if capa := float64(autoChunk) / 1e-3; th.limit > capa/2 {
+				if capa := float64(autoChunk) / 5e-3; th.limit > capa/2 {
 					t.Errorf("rate in force %.0f after three samples at three times the base, want at most half the capacity, %.0f", th.limit, capa/2)
 				}
 				k, d, _, _ := th.reserveAt(now, autoChunk)
