@@ -50,11 +50,12 @@ func TestAutoRateInForce(t *testing.T) {
 			func(th *Throttle, now time.Time) time.Time {
 				// Each write one sample (autobw.MinSampleTime).
 				now = feedAuto(th, now, 500, 6*ms, 5*ms)
-				return feedAuto(th, now, 3, 16*ms, 15*ms)
+				slow := 5*ms + time.Duration(float64(5*ms)*(autobw.Target+1))
+				return feedAuto(th, now, 3, slow+ms, slow)
 			},
 			func(t *testing.T, th *Throttle, now time.Time) {
 				if capa := float64(autoChunk) / 5e-3; th.limit > capa/2 {
-					t.Errorf("rate in force %.0f after three samples at three times the base, want at most half the capacity, %.0f", th.limit, capa/2)
+					t.Errorf("rate in force %.0f after three samples delayed past the target, want at most half the capacity, %.0f", th.limit, capa/2)
 				}
 				k, d, _, _ := th.reserveAt(now, autoChunk)
 				if want := time.Duration(float64(k) / th.limit * float64(time.Second)); d < want*9/10 {
@@ -63,7 +64,7 @@ func TestAutoRateInForce(t *testing.T) {
 			}},
 		{"auto off: BW again", 20e6,
 			func(th *Throttle, now time.Time) time.Time {
-				now = feedAuto(th, now, 10, 4*ms, 3*ms)
+				now = feedAuto(th, now, 10, 20*ms, 20*ms)
 				th.setAutoAt(now, false)
 				return now
 			},

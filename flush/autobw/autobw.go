@@ -55,10 +55,11 @@ const (
 	// Target is the added delay tolerated, as a fraction of the base: a
 	// fraction rather than a fixed time because the latency per byte of a
 	// write differs by orders of magnitude between a page cache, a disk and
-	// a network file system; at 1, a queue no longer than our own service
-	// time, others' requests wait at most about as long again behind ours,
-	// while the scheduling noise of a loaded node stays below it.
-	Target = 1.0
+	// a network file system; at 2, a queue of up to twice our own service
+	// time, others' requests wait at most about twice as long again behind
+	// ours, while the scheduling noise of a loaded node (latencies of twice
+	// the best are common with more runnable threads than CPUs) stays below.
+	Target = 2.0
 	// Decrease is the largest factor applied to the rate when the delay
 	// is above Target, at most once per sample that began after the last
 	// decrease (samples already under way reflect the old rate). A longer

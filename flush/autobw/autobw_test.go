@@ -18,7 +18,7 @@ const (
 
 // dest is a simulated destination serving capa bytes/s to this daemon
 // alone; while busy(t) another writer queues larger requests there, and
-// each write of ours takes four times as long.
+// each write of ours takes Target+2 times as long.
 type dest struct {
 	capa float64
 	busy func(t time.Time) bool
@@ -40,7 +40,7 @@ func (d dest) run(c *Controller, start, end time.Time) []point {
 	for now.Before(end) {
 		took := time.Duration(float64(chunk) / d.capa * float64(time.Second))
 		if d.busy != nil && d.busy(now) {
-			took *= 4
+			took = time.Duration(float64(took) * (Target + 2))
 		}
 		pace := time.Duration(float64(chunk) / c.Rate() * float64(time.Second))
 		done := now.Add(took)
@@ -150,6 +150,8 @@ func TestRateFollowsTheDestination(t *testing.T) {
 func TestDecrease(t *testing.T) {
 	c := New(t0, 0)
 	base := MinSampleTime // one write, one sample
+	// slow is a write delayed by one base more than the target.
+	slow := base + time.Duration(float64(base)*(Target+1))
 	now := t0
 	for range 100 { // at the base: up to the capacity
 		now = now.Add(10 * time.Millisecond)
@@ -157,12 +159,12 @@ func TestDecrease(t *testing.T) {
 	}
 	for i := range Filter - 1 {
 		now = now.Add(10 * time.Millisecond)
-		if _, lowered := c.ObserveAt(now, Sample{Write, chunk, 3 * base}); lowered {
+		if _, lowered := c.ObserveAt(now, Sample{Write, chunk, slow}); lowered {
 			t.Fatalf("delayed sample %d of %d lowered the rate: one sample is not a queue", i+1, Filter)
 		}
 	}
 	r0 := c.Rate()
-	f := min(Decrease, 1.0/3) // a latency of 3× the base leaves us a third
+	f := min(Decrease, 1/(Target+2)) // a latency of k × the base leaves us 1/k
 	steps := []struct {
 		name    string
 		after   time.Duration // since the previous sample ended
@@ -170,10 +172,10 @@ func TestDecrease(t *testing.T) {
 		want    float64 // rate after, as a fraction of r0
 		lowered bool
 	}{
-		{"delay of 2× the base (3× in all)", 10 * time.Millisecond, 3 * base, f, true},
-		{"began before the decrease", time.Millisecond, 3 * base, f, false},
-		{"began after the decrease", 20 * time.Millisecond, 3 * base, f * f, true},
-		{"delay within the target: no decrease", 20 * time.Millisecond, base + base*9/10, -1, false},
+		{"delay above the target", 10 * time.Millisecond, slow, f, true},
+		{"began before the decrease", time.Millisecond, slow, f, false},
+		{"began after the decrease", 30 * time.Millisecond, slow, f * f, true},
+		{"delay within the target: no decrease", 30 * time.Millisecond, base + time.Duration(float64(base)*Target*0.9), -1, false},
 	}
 	for _, s := range steps {
 		before := c.Rate()
