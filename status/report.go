@@ -31,6 +31,29 @@ type Report struct {
 	// the file holds none that describes the flush it asks for.
 	Flush    *Flush   `json:"flush"`
 	Problems []string `json:"problems,omitempty"` // malformed top-level values
+	// Daemon says whether a daemon serves the file; null when not probed.
+	Daemon *Daemon `json:"daemon"`
+}
+
+// Daemon is whether a daemon serves the transfer file, from its instance
+// lock (Probe).
+type Daemon struct {
+	Serving bool `json:"serving"`
+	PID     int  `json:"pid,omitempty"` // the serving daemon's PID, when known
+	// Since is when the serving daemon took its instance lock (its start);
+	// null when no daemon serves the file or the time is not known.
+	Since  *time.Time `json:"since"`
+	Reason string     `json:"reason"` // what the answer rests on
+}
+
+// SetLiveness records lv, the probe of the daemon, in r.
+func (r *Report) SetLiveness(lv Liveness) {
+	d := &Daemon{Serving: lv.Serving, PID: lv.PID, Reason: lv.Reason}
+	if lv.Serving && !lv.Since.IsZero() {
+		since := lv.Since.UTC()
+		d.Since = &since
+	}
+	r.Daemon = d
 }
 
 // Flush is how long the flush has run and its average rate, from the
@@ -125,7 +148,7 @@ func Build(path string, at time.Time, t *hashfile.Tree, m *Meter) Report {
 				}
 				fm.Observe(at, min(f.Written, f.Size))
 				fs.Rate = rateOf(fm, at)
-				fs.ETA = eta(f.Size-min(f.Written, f.Size), fs.Rate)
+				fs.ETA = etaOf(fm, at, f.Size-min(f.Written, f.Size), v.BW)
 			}
 		}
 		if fs.State == transfer.StateError || fs.State == transfer.StateInvalid {
@@ -155,7 +178,7 @@ func Build(path string, at time.Time, t *hashfile.Tree, m *Meter) Report {
 		}
 		m.total.Observe(at, r.Totals.Written)
 		r.Totals.Rate = rateOf(m.total, at)
-		r.Totals.ETA = eta(r.Totals.Pending, r.Totals.Rate)
+		r.Totals.ETA = etaOf(m.total, at, r.Totals.Pending, v.BW)
 		if avg, ok := m.total.Average(); ok {
 			el := m.total.Elapsed(at).Seconds()
 			r.Totals.Elapsed, r.Totals.Average = &el, &avg
@@ -172,15 +195,13 @@ func rateOf(m *rate.Meter, at time.Time) *float64 {
 	return &r
 }
 
-// eta returns the seconds needed for left bytes at rate, nil when unknown.
-func eta(left int64, rate *float64) *float64 {
-	if left == 0 {
-		z := 0.0
-		return &z
-	}
-	if rate == nil || *rate <= 0 {
+// etaOf returns the seconds needed for left bytes at m's rate, at most
+// bw when bw > 0 (rate.Meter.ETA); nil when unknown.
+func etaOf(m *rate.Meter, at time.Time, left int64, bw float64) *float64 {
+	d, ok := m.ETA(at, left, bw)
+	if !ok {
 		return nil
 	}
-	s := float64(left) / *rate
+	s := d.Seconds()
 	return &s
 }

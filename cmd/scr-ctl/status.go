@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/filewatch"
 	"github.com/scr-transferd/scr-transferd/status"
+	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
 const helpStatus = `
@@ -94,6 +96,7 @@ func cmdStatus(e *env, args []string) error {
 			return err
 		}
 		r := status.Build(store.Path(), e.now(), t, nil)
+		probeDaemon(&r)
 		if *asJSON {
 			enc := json.NewEncoder(e.stdout)
 			enc.SetIndent("", "  ")
@@ -107,6 +110,17 @@ func cmdStatus(e *env, args []string) error {
 	}
 	return watchStatus(e, store, watchOpts{interval: *interval, poll: *poll, view: o,
 		redraw: isTerm && !*asJSON, json: *asJSON, onChange: true})
+}
+
+// probeDaemon records in r whether a daemon serves its transfer file
+// (status.Probe); a probe that fails is one of r's problems.
+func probeDaemon(r *statusReport) {
+	lv, err := status.Probe(r.TransferFile, transfer.View{State: transfer.State(r.State)})
+	if err != nil {
+		r.Problems = append(r.Problems, fmt.Sprintf("cannot tell whether a daemon serves the file: %v", err))
+		return
+	}
+	r.SetLiveness(lv)
 }
 
 // watchOpts say how watchStatus shows successive readings.
@@ -152,6 +166,7 @@ func watchStatus(e *env, store *hashfile.Store, w watchOpts) error {
 		default:
 			missing = time.Time{}
 			rep := status.Build(store.Path(), e.now(), t, m)
+			probeDaemon(&rep)
 			r = &rep
 			if w.json {
 				b, err := json.Marshal(rep)
