@@ -12,6 +12,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/instance"
 	"github.com/scr-transferd/scr-transferd/internal/units"
+	"github.com/scr-transferd/scr-transferd/status"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -35,6 +36,10 @@ instance lock (where it takes one), so the daemon is gone when it returns.
 ` + helpControlCommon
 
 const helpControlCommon = `
+Without --wait the command returns at once, with a warning on stderr (exit
+status 0) when no daemon serves the file: the command is recorded, and a
+daemon started on the file later acts on it.
+
 The transfer file must exist (a mistyped path is an error, not a new
 file): --create makes it if it does not.
 
@@ -104,16 +109,18 @@ func controlCmd(name string) func(*env, []string) error {
 			}
 		}
 		cmd := map[string]transfer.Command{"run": transfer.Run, "stop": transfer.Stop, "exit": transfer.Exit}[name]
-		if _, _, err := store.Update(func(t *hashfile.Tree) error {
+		written, _, err := store.Update(func(t *hashfile.Tree) error {
 			transfer.SetCommand(t, cmd)
 			if *wait {
 				t.Unset(transfer.KeyState)
 			}
 			return nil
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		if !*wait {
+			warnUnserved(e, name, store.Path(), transfer.Read(written))
 			return nil
 		}
 		want := map[transfer.Command]transfer.State{transfer.Run: transfer.Running, transfer.Stop: transfer.Stopped, transfer.Exit: transfer.Exiting}[cmd]
@@ -154,6 +161,20 @@ func controlCmd(name string) func(*env, []string) error {
 		fmt.Fprintf(e.stdout, "%s: %s\n", store.Path(), reached)
 		return nil
 	}
+}
+
+// warnUnserved writes a warning to stderr when no daemon serves
+// transferFile (status.Probe on v, its reading as written), after a
+// command was recorded in it: the
+// command stays recorded for a daemon started later, but nothing acts on
+// it now, which a job script would otherwise not learn.
+func warnUnserved(e *env, name, transferFile string, v transfer.View) {
+	lv, err := status.Probe(transferFile, v)
+	if err != nil || lv.Serving {
+		return
+	}
+	fmt.Fprintf(e.stderr, "scr-ctl %s: warning: no daemon serves %s: %s; the command is recorded for a daemon started on this file later\n",
+		name, transferFile, lv.Reason)
 }
 
 func commandText(v transfer.View) string {
