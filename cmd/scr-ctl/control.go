@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -55,9 +57,25 @@ see scr-ctl wait --help.`
 
 const helpAdd = `
 Adds (or resets) FILES/SRC with DESTINATION DEST, SIZE and WRITTEN 0, as the
-SCR library does when it starts an asynchronous flush. SRC and DEST are made
-absolute. SIZE is the size of SRC unless --size is given. This does not ask
-the daemon to copy: run does.`
+SCR library does when it starts an asynchronous flush, for every SRC DEST
+pair given, in one locked update of the transfer file. SRC and DEST are
+made absolute. SIZE is the size of SRC unless --size is given (for every
+file). This does not ask the daemon to copy: run does.
+
+With --stdin the files come from standard input instead, a manifest of
+one file a line:
+  SRC DEST [SIZE]
+Fields are separated by a tab when the line has one (paths may then hold
+spaces), by spaces otherwise. SIZE, optional, is in bytes or with a unit
+(as --size); without it, the size of SRC. Empty lines and lines starting
+with # are skipped. For example, every checkpoint of a directory:
+  for f in /dev/shm/ckpt/*; do echo "$f /p/scratch/ckpt/${f##*/}"; done |
+    scr-ctl add --stdin /dev/shm/transfer.scrinfo
+
+Every line is checked before anything is written: a malformed line, a
+SRC listed twice, or a SRC that is not a regular file (without SIZE or
+--size) is an error naming the line, and the transfer file is left as it
+was.`
 
 const helpSet = `
 bw VALUE      BW, the average copy rate in bytes per second: a number with an
@@ -197,49 +215,45 @@ func stateText(v transfer.View) string {
 
 func cmdAdd(e *env, args []string) error {
 	fs := newFlags("add")
-	size := fs.String("size", "", "SIZE to record instead of the size of SRC (bytes, or with a unit: "+units.Convention+")")
+	size := fs.String("size", "", "SIZE to record for every file instead of the size of its SRC (bytes, or with a unit: "+units.Convention+")")
+	stdin := fs.Bool("stdin", false, "read the files to add from standard input, one \"SRC DEST [SIZE]\" a line (see above)")
 	locking := lockingFlag(fs)
 	pos, err := parseFlags(e, fs, args)
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(pos, 3, "TRANSFERFILE SRC DEST"); err != nil {
-		return err
-	}
-	src, err := filepath.Abs(pos[1])
-	if err != nil {
-		return fmt.Errorf("%s: %w", pos[1], err)
-	}
-	dest, err := filepath.Abs(pos[2])
-	if err != nil {
-		return fmt.Errorf("%s: %w", pos[2], err)
-	}
-	var n int64
+	var n int64 = -1 // -1: the size of each SRC
 	if *size != "" {
-		v, err := units.Parse(*size)
-		if err != nil {
+		if n, err = parseSize(*size); err != nil {
 			return usageError{"--size " + err.Error()}
 		}
-		if v != math.Trunc(v) {
-			return usageError{fmt.Sprintf("--size %q: want a whole number of bytes", *size)}
+	}
+	var adds []addition
+	switch {
+	case *stdin && len(pos) == 1:
+		if adds, err = readManifest(e.stdin, n); err != nil {
+			return fmt.Errorf("standard input: %w", err)
 		}
-		n = int64(v)
-	} else {
-		fi, err := os.Stat(src)
-		if err != nil {
-			return fmt.Errorf("source %w (give --size to add a file that does not exist yet)", err)
+	case *stdin:
+		return usageError{fmt.Sprintf("with --stdin, want only TRANSFERFILE, got %d argument(s)", len(pos))}
+	case len(pos) < 3 || len(pos)%2 == 0:
+		return usageError{fmt.Sprintf("want TRANSFERFILE SRC DEST [SRC DEST]..., got %d argument(s)", len(pos))}
+	default:
+		for i := 1; i < len(pos); i += 2 {
+			adds = append(adds, addition{src: pos[i], dest: pos[i+1], size: n, where: fmt.Sprintf("argument %d", i+1)})
 		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("source %s: not a regular file (%s)", src, fi.Mode().Type())
-		}
-		n = fi.Size()
+	}
+	if err := resolveAdditions(adds); err != nil {
+		return err
 	}
 	store, err := openStore(pos[0], *locking)
 	if err != nil {
 		return err
 	}
 	_, _, err = store.Update(func(t *hashfile.Tree) error {
-		transfer.AddFile(t, src, dest, n)
+		for _, a := range adds {
+			transfer.AddFile(t, a.src, a.dest, a.size)
+		}
 		return nil
 	})
 	return err
@@ -287,6 +301,120 @@ func cmdSet(e *env, args []string) error {
 		return nil
 	})
 	return err
+}
+
+// addition is one file for add: SRC, DEST, its SIZE (-1: the size of SRC)
+// and where it was given, for messages.
+type addition struct {
+	src, dest string
+	size      int64
+	where     string
+}
+
+// parseSize reads a SIZE: bytes, or a number with a unit (units.Parse),
+// a whole number of bytes.
+func parseSize(s string) (int64, error) {
+	v, err := units.Parse(s)
+	switch {
+	case err != nil:
+		return 0, err
+	case v != math.Trunc(v) || v > math.MaxInt64:
+		return 0, fmt.Errorf("%q: want a whole number of bytes", s)
+	}
+	return int64(v), nil
+}
+
+// readManifest reads add's manifest from r: "SRC DEST [SIZE]" a line, tab-
+// separated when the line has a tab, space-separated otherwise; empty
+// lines and "#" comments skipped. size (>= 0) is the SIZE of lines without
+// one. A nil r reads as empty.
+func readManifest(r io.Reader, size int64) ([]addition, error) {
+	if r == nil {
+		return nil, errors.New("no files: the manifest is empty")
+	}
+	var adds []addition
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		a, ok, err := manifestLine(sc.Text(), size)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		if ok {
+			a.where = fmt.Sprintf("standard input line %d", line)
+			adds = append(adds, a)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if len(adds) == 0 {
+		return nil, errors.New("no files: the manifest is empty")
+	}
+	return adds, nil
+}
+
+// manifestLine parses one line of add's manifest; ok is false for an empty
+// line or a comment.
+func manifestLine(text string, size int64) (a addition, ok bool, err error) {
+	if t := strings.TrimSpace(text); t == "" || strings.HasPrefix(t, "#") {
+		return addition{}, false, nil
+	}
+	var fields []string
+	if strings.Contains(text, "\t") {
+		for _, f := range strings.Split(strings.TrimRight(text, "\r"), "\t") {
+			if f != "" {
+				fields = append(fields, f)
+			}
+		}
+	} else {
+		fields = strings.Fields(text)
+	}
+	if len(fields) < 2 || len(fields) > 3 {
+		return addition{}, false, fmt.Errorf("want SRC DEST [SIZE], got %d fields in %q", len(fields), text)
+	}
+	a = addition{src: fields[0], dest: fields[1], size: size}
+	if len(fields) == 3 {
+		if a.size, err = parseSize(fields[2]); err != nil {
+			return addition{}, false, fmt.Errorf("SIZE %w", err)
+		}
+	}
+	return a, true, nil
+}
+
+// resolveAdditions makes every SRC and DEST absolute and fills in the
+// sizes left to the source (-1), refusing a SRC listed twice and a source
+// that is not a regular file.
+func resolveAdditions(adds []addition) error {
+	seen := make(map[string]string, len(adds))
+	for i := range adds {
+		a := &adds[i]
+		src, err := filepath.Abs(a.src)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", a.where, a.src, err)
+		}
+		dest, err := filepath.Abs(a.dest)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", a.where, a.dest, err)
+		}
+		if prev, ok := seen[src]; ok {
+			return fmt.Errorf("%s: SRC %s is listed twice (first at %s): a FILES entry has one DESTINATION", a.where, src, prev)
+		}
+		seen[src] = a.where
+		a.src, a.dest = src, dest
+		if a.size >= 0 {
+			continue
+		}
+		fi, err := os.Stat(src)
+		if err != nil {
+			return fmt.Errorf("%s: source %w (give a SIZE, or --size, to add a file that does not exist yet)", a.where, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s: source %s: not a regular file (%s)", a.where, src, fi.Mode().Type())
+		}
+		a.size = fi.Size()
+	}
+	return nil
 }
 
 // setArgsOrder catches set's arguments in the wrong order (the setting
