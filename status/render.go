@@ -135,7 +135,7 @@ func daemonText(d Daemon, now time.Time) string {
 // flush's time.
 func fileLine(r Report) string {
 	return fmt.Sprintf("%s  COMMAND %s  BW %s  PERCENT %s%s", r.TransferFile,
-		orNone(r.Command, "(none)"), BWText(r.BW), percentText(r.Percent), elapsedText(r))
+		orNone(r.Command, "(none)"), BWText(r.BW), PercentText(r.Percent), elapsedText(r))
 }
 
 // fileProgress is a file's progress line after its name.
@@ -403,7 +403,9 @@ func BWText(bw float64) string {
 	return units.IEC(bw) + "/s"
 }
 
-func percentText(p float64) string {
+// PercentText writes a PERCENT limit: "25%", or "unlimited" for 0 or 100
+// and above.
+func PercentText(p float64) string {
 	if p <= 0 || p >= 100 {
 		return "unlimited"
 	}

@@ -66,7 +66,7 @@ With --stdin the files come from standard input instead, a manifest of
 one file a line:
   SRC DEST [SIZE]
 Fields are separated by a tab when the line has one (paths may then hold
-spaces), by spaces otherwise. SIZE, optional, is in bytes or with a unit
+spaces, but not at their ends), by spaces otherwise. SIZE, optional, is in bytes or with a unit
 (as --size); without it, the size of SRC. Empty lines and lines starting
 with # are skipped. For example, every checkpoint of a directory:
   for f in /dev/shm/ckpt/*; do echo "$f /p/scratch/ckpt/${f##*/}"; done |
@@ -135,7 +135,7 @@ func controlCmd(name string) func(*env, []string) error {
 			return nil
 		})
 		if err != nil {
-			return err
+			return explainCorrupt(err, store.Path())
 		}
 		if !*wait {
 			warnUnserved(e, name, store.Path(), transfer.Read(written))
@@ -256,7 +256,7 @@ func cmdAdd(e *env, args []string) error {
 		}
 		return nil
 	})
-	return err
+	return explainCorrupt(err, store.Path())
 }
 
 func cmdSet(e *env, args []string) error {
@@ -300,7 +300,7 @@ func cmdSet(e *env, args []string) error {
 		edit(t)
 		return nil
 	})
-	return err
+	return explainCorrupt(err, store.Path())
 }
 
 // addition is one file for add: SRC, DEST, its SIZE (-1: the size of SRC)
@@ -362,8 +362,8 @@ func manifestLine(text string, size int64) (a addition, ok bool, err error) {
 	}
 	var fields []string
 	if strings.Contains(text, "\t") {
-		for _, f := range strings.Split(strings.TrimRight(text, "\r"), "\t") {
-			if f != "" {
+		for _, f := range strings.Split(text, "\t") {
+			if f = strings.TrimSpace(f); f != "" {
 				fields = append(fields, f)
 			}
 		}

@@ -74,6 +74,8 @@ func commands() map[string]command {
 			help: helpAdd, run: cmdAdd},
 		"set": {summary: "set the bandwidth limit or the working-time share, as the SCR library does", usage: "TRANSFERFILE bw|percent VALUE",
 			help: helpSet, run: cmdSet},
+		"repair": {summary: "salvage a corrupt transfer file: keep what decodes, say what was dropped", usage: "[--dry-run] TRANSFERFILE",
+			help: helpRepair, run: cmdRepair},
 		"verify": {summary: "identify and verify checkpoint files (SION, FTI-FF, LIME, plain)", usage: "[--json] FILE...",
 			help: helpVerify, run: cmdVerify},
 		"demo": {summary: "flush sample checkpoints of every kind through an in-process daemon and show it", usage: "[--dir DIR] [--bw RATE] [--cleanup] [--timeout D] [--width N]",

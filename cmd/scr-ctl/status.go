@@ -187,7 +187,7 @@ func watchStatus(e *env, store *hashfile.Store, w watchOpts) error {
 				out = status.RenderMissing(store.Path(), missing, w.view.layout())
 			}
 		case err != nil:
-			return err
+			return explainCorrupt(err, store.Path())
 		default:
 			missing = time.Time{}
 			rep := status.Build(store.Path(), e.now(), t, m)
