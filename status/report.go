@@ -125,30 +125,14 @@ func Build(path string, at time.Time, t *hashfile.Tree, m *Meter) Report {
 	}
 	seen := map[string]bool{}
 	for _, f := range v.Files {
-		fs := File{Source: f.Src, Destination: f.Dest, Size: f.Size, Written: f.Written, Error: f.Error, State: f.State(),
-			Warning: f.Warning}
-		if f.Problem != nil && fs.Error == "" {
-			fs.Error = "malformed FILES entry: " + f.Problem.Error()
-		}
-		if f.HasCRC && fs.State == transfer.StateComplete {
-			fs.CRC = hashfile.FormatCRC(f.CRC)
-		}
+		fs := fileOf(f)
 		if f.Problem == nil {
 			r.Totals.Files++
 			if fs.State == transfer.StateComplete {
 				r.Totals.Complete++
 			}
 			if m != nil {
-				key := f.Src + "\x00" + f.Dest + "\x00" + fmt.Sprint(f.Size)
-				seen[key] = true
-				fm := m.files[key]
-				if fm == nil {
-					fm = rate.New(0)
-					m.files[key] = fm
-				}
-				fm.Observe(at, min(f.Written, f.Size))
-				fs.Rate = rateOf(fm, at)
-				fs.ETA = etaOf(fm, at, f.Size-min(f.Written, f.Size), v.BW)
+				m.observeFile(&fs, at, v.BW, seen)
 			}
 		}
 		if fs.State == transfer.StateError || fs.State == transfer.StateInvalid {
@@ -156,35 +140,79 @@ func Build(path string, at time.Time, t *hashfile.Tree, m *Meter) Report {
 		}
 		r.Files = append(r.Files, fs)
 	}
-	if p, ok := v.Progress(at); ok {
-		r.Flush = &Flush{Started: p.Started.UTC(), Elapsed: p.Elapsed.Seconds(), Written: p.Written}
-		if p.Ended {
-			end := p.Started.Add(p.Elapsed).UTC()
-			r.Flush.Ended = &end
-		}
-		if avg, ok := p.Average(); ok {
-			r.Flush.Average = &avg
-		}
-	}
+	r.Flush = flushOf(v, at)
 	r.Totals.Size, r.Totals.Written = v.Totals()
 	r.Totals.Pending = r.Totals.Size - r.Totals.Written
 	n := v.Count()
 	r.Complete = v.Done && n[transfer.StateComplete] == len(v.Files)
 	if m != nil {
-		for k := range m.files {
-			if !seen[k] {
-				delete(m.files, k)
-			}
-		}
-		m.total.Observe(at, r.Totals.Written)
-		r.Totals.Rate = rateOf(m.total, at)
-		r.Totals.ETA = etaOf(m.total, at, r.Totals.Pending, v.BW)
-		if avg, ok := m.total.Average(); ok {
-			el := m.total.Elapsed(at).Seconds()
-			r.Totals.Elapsed, r.Totals.Average = &el, &avg
-		}
+		m.observeTotal(&r.Totals, at, v.BW, seen)
 	}
 	return r
+}
+
+// fileOf is the report of one FILES entry, without rates.
+func fileOf(f transfer.File) File {
+	fs := File{Source: f.Src, Destination: f.Dest, Size: f.Size, Written: f.Written, Error: f.Error, State: f.State(),
+		Warning: f.Warning}
+	if f.Problem != nil && fs.Error == "" {
+		fs.Error = "malformed FILES entry: " + f.Problem.Error()
+	}
+	if f.HasCRC && fs.State == transfer.StateComplete {
+		fs.CRC = hashfile.FormatCRC(f.CRC)
+	}
+	return fs
+}
+
+// observeFile feeds the meter of fs, a sound entry read at at, and sets
+// its rate and time left (at most bw); seen collects the meters in use.
+func (m *Meter) observeFile(fs *File, at time.Time, bw float64, seen map[string]bool) {
+	key := fs.Source + "\x00" + fs.Destination + "\x00" + fmt.Sprint(fs.Size)
+	seen[key] = true
+	fm := m.files[key]
+	if fm == nil {
+		fm = rate.New(0)
+		m.files[key] = fm
+	}
+	written := min(fs.Written, fs.Size)
+	fm.Observe(at, written)
+	fs.Rate = rateOf(fm, at)
+	fs.ETA = etaOf(fm, at, fs.Size-written, bw)
+}
+
+// observeTotal feeds the total's meter and sets the totals' rate, time
+// left, elapsed time and average; meters of entries not seen in this
+// reading are dropped.
+func (m *Meter) observeTotal(t *Totals, at time.Time, bw float64, seen map[string]bool) {
+	for k := range m.files {
+		if !seen[k] {
+			delete(m.files, k)
+		}
+	}
+	m.total.Observe(at, t.Written)
+	t.Rate = rateOf(m.total, at)
+	t.ETA = etaOf(m.total, at, t.Pending, bw)
+	if avg, ok := m.total.Average(); ok {
+		el := m.total.Elapsed(at).Seconds()
+		t.Elapsed, t.Average = &el, &avg
+	}
+}
+
+// flushOf times the flush v records, as of at; nil without a record.
+func flushOf(v transfer.View, at time.Time) *Flush {
+	p, ok := v.Progress(at)
+	if !ok {
+		return nil
+	}
+	f := &Flush{Started: p.Started.UTC(), Elapsed: p.Elapsed.Seconds(), Written: p.Written}
+	if p.Ended {
+		end := p.Started.Add(p.Elapsed).UTC()
+		f.Ended = &end
+	}
+	if avg, ok := p.Average(); ok {
+		f.Average = &avg
+	}
+	return f
 }
 
 func rateOf(m *rate.Meter, at time.Time) *float64 {

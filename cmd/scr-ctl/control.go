@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/instance"
@@ -141,44 +142,55 @@ func controlCmd(name string) func(*env, []string) error {
 			warnUnserved(e, name, store.Path(), transfer.Read(written))
 			return nil
 		}
-		want := map[transfer.Command]transfer.State{transfer.Run: transfer.Running, transfer.Stop: transfer.Stopped, transfer.Exit: transfer.Exiting}[cmd]
-		ctx, cancel := withTimeout(e.ctx, *timeout)
-		defer cancel()
-		var reached string
-		live := &liveCheck{path: store.Path(), grace: *grace, now: e.now}
-		err = watchViewEvery(ctx, store, *poll, *timeout, recheck(*grace), func(v transfer.View) (bool, error) {
-			switch {
-			case v.Command != cmd:
-				return false, fmt.Errorf("%s: COMMAND is now %s: another writer changed it while waiting for STATE %s",
-					store.Path(), commandText(v), want)
-			case cmd == transfer.Exit && v.State == want:
-				// Answered; now wait for the process to let go of its lock.
-				_, held, err := instance.Holder(store.Path())
-				if err != nil {
-					return false, err
-				}
-				reached = "STATE EXITING, and the daemon has exited"
-				return !held, nil
-			case v.State == want:
-				reached = "STATE " + string(want)
-				return true, nil
-			case cmd == transfer.Run && v.Done:
-				reached = "FLAG DONE (the flush is complete)"
-				return true, nil
-			}
-			if err := live.check(v); err != nil {
-				return false, fmt.Errorf("%w (STATE %s not recorded: %s)", err, want, stateText(v))
-			}
-			return false, nil
-		}, func(v transfer.View) string {
-			return fmt.Sprintf("the daemon has not recorded STATE %s in %s (%s)", want, store.Path(), stateText(v))
-		})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "%s: %s\n", store.Path(), reached)
-		return nil
+		return awaitAnswer(e, store, cmd, waitOpts{timeout: *timeout, grace: *grace, poll: *poll})
 	}
+}
+
+// waitOpts are the flags of a command that waits for the daemon.
+type waitOpts struct {
+	timeout, grace, poll time.Duration
+}
+
+// awaitAnswer waits until the daemon has answered cmd in the transfer
+// file (see helpControlCommon) and says what it found.
+func awaitAnswer(e *env, store *hashfile.Store, cmd transfer.Command, o waitOpts) error {
+	want := map[transfer.Command]transfer.State{transfer.Run: transfer.Running, transfer.Stop: transfer.Stopped, transfer.Exit: transfer.Exiting}[cmd]
+	ctx, cancel := withTimeout(e.ctx, o.timeout)
+	defer cancel()
+	var reached string
+	live := &liveCheck{path: store.Path(), grace: o.grace, now: e.now}
+	err := watchViewEvery(ctx, store, o.poll, o.timeout, recheck(o.grace), func(v transfer.View) (bool, error) {
+		switch {
+		case v.Command != cmd:
+			return false, fmt.Errorf("%s: COMMAND is now %s: another writer changed it while waiting for STATE %s",
+				store.Path(), commandText(v), want)
+		case cmd == transfer.Exit && v.State == want:
+			// Answered; now wait for the process to let go of its lock.
+			_, held, err := instance.Holder(store.Path())
+			if err != nil {
+				return false, err
+			}
+			reached = "STATE EXITING, and the daemon has exited"
+			return !held, nil
+		case v.State == want:
+			reached = "STATE " + string(want)
+			return true, nil
+		case cmd == transfer.Run && v.Done:
+			reached = "FLAG DONE (the flush is complete)"
+			return true, nil
+		}
+		if err := live.check(v); err != nil {
+			return false, fmt.Errorf("%w (STATE %s not recorded: %s)", err, want, stateText(v))
+		}
+		return false, nil
+	}, func(v transfer.View) string {
+		return fmt.Sprintf("the daemon has not recorded STATE %s in %s (%s)", want, store.Path(), stateText(v))
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s: %s\n", store.Path(), reached)
+	return nil
 }
 
 // warnUnserved writes a warning to stderr when no daemon serves
