@@ -163,6 +163,7 @@ func TestStatusAfterSIGKILL(t *testing.T) {
 	tf := filepath.Join(dir, "transfer.scrinfo")
 	src := filepath.Join(dir, "cache", "big.ckpt")
 	writeFile(t, src, 8<<20, 4)
+	started := time.Now()
 	d := startDaemon(t, tf)
 	wantCode(t, ctl(t, "add", tf, src, filepath.Join(dir, "pfs", "big.ckpt")), 0, "add")
 	wantCode(t, ctl(t, "set", tf, "bw", "256K"), 0, "set bw") // 32 s of work
@@ -186,7 +187,10 @@ func TestStatusAfterSIGKILL(t *testing.T) {
 	}
 	pid := d.cmd.Process.Pid
 	rep := statusJSON()
-	if !rep.Daemon.Serving || rep.Daemon.PID != pid || rep.Daemon.Since == nil || time.Since(*rep.Daemon.Since) > time.Hour {
+	// Since the daemon took its lock: after it was started (to the file
+	// system's timestamp granularity), before this reading.
+	if !rep.Daemon.Serving || rep.Daemon.PID != pid || rep.Daemon.Since == nil ||
+		rep.Daemon.Since.Before(started.Add(-time.Second)) || rep.Daemon.Since.After(time.Now()) {
 		t.Fatalf("served by PID %d: %+v", pid, *rep.Daemon)
 	}
 	r := ctl(t, "status", tf)
