@@ -116,7 +116,8 @@ func summaryLine(r Report) string {
 }
 
 // daemonText says whether a daemon serves the file: "PID 4242 up 1m05s"
-// (since it took its instance lock), "NO DAEMON".
+// (since it took its instance lock), "NO DAEMON", or "daemon unverified"
+// when only the STATE recorded says so (no lock file to probe).
 func daemonText(d Daemon, now time.Time) string {
 	switch {
 	case !d.Serving:
@@ -128,7 +129,7 @@ func daemonText(d Daemon, now time.Time) string {
 	case d.Since != nil:
 		return "daemon up " + FormatDuration(now.Sub(*d.Since))
 	}
-	return "daemon serving"
+	return "daemon unverified"
 }
 
 // fileLine names the transfer file with its COMMAND, limits and the

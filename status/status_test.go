@@ -381,3 +381,21 @@ func TestRenderDaemon(t *testing.T) {
 		})
 	}
 }
+
+func TestDaemonText(t *testing.T) {
+	since := t0.Add(-90 * time.Second)
+	for _, tc := range []struct {
+		d    Daemon
+		want string
+	}{
+		{Daemon{Serving: true, PID: 7, Since: &since}, "PID 7 up 1m30s"},
+		{Daemon{Serving: true, PID: 7}, "PID 7"},
+		{Daemon{Serving: true, Since: &since}, "daemon up 1m30s"},
+		{Daemon{Serving: true}, "daemon unverified"},
+		{Daemon{PID: 7, Since: &since}, "NO DAEMON"},
+	} {
+		if got := daemonText(tc.d, t0); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}

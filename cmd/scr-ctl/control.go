@@ -203,7 +203,7 @@ func warnUnserved(e *env, name, transferFile string, v transfer.View) {
 	if err != nil || lv.Serving {
 		return
 	}
-	fmt.Fprintf(e.stderr, "scr-ctl %s: warning: no daemon serves %s: %s; the command is recorded for a daemon started on this file later\n",
+	fmt.Fprintf(e.stderr, "scr-ctl %s: warning: no daemon serves %s, the command waits for one started on it: %s\n",
 		name, transferFile, lv.Reason)
 }
 

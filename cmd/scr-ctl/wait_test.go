@@ -256,7 +256,7 @@ func TestRunWarnsWithoutADaemon(t *testing.T) {
 	for _, name := range []string{"stop", "run"} {
 		r := ctl(t, name, tf)
 		wantCode(t, r, 0, name+" without a daemon")
-		wantIn(t, r.stderr, "scr-ctl "+name+": warning: no daemon serves "+tf+": ", name+" without a daemon")
+		wantIn(t, r.stderr, "scr-ctl "+name+": warning: no daemon serves "+tf+", the command waits for one started on it: ", name+" without a daemon")
 		if v := readView(t, tf); string(v.Command) != strings.ToUpper(name) {
 			t.Fatalf("%s without a daemon: COMMAND %q not recorded", name, v.Command)
 		}
@@ -274,5 +274,5 @@ func TestRunWarnsWithoutADaemon(t *testing.T) {
 	d.exited <- <-d.exited
 	r = ctl(t, "run", tf)
 	wantCode(t, r, 0, "run after the daemon was killed")
-	wantIn(t, r.stderr, "warning: no daemon serves "+tf+": no daemon holds its lock", "run after the daemon was killed")
+	wantIn(t, r.stderr, "warning: no daemon serves "+tf+", the command waits for one started on it: no daemon holds its lock", "run after the daemon was killed")
 }
