@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -397,5 +398,54 @@ func TestDaemonText(t *testing.T) {
 		if got := daemonText(tc.d, t0); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.d, got, tc.want)
 		}
+	}
+}
+
+// TestThrottledWatch: status --watch of a flush under BW 20 MiB/s whose
+// copy began 1.5 s before the watch, the daemon committing 40 MiB every 2
+// s, read every second and 5 ms after each commit (inotify): the rate of
+// the file and of the total never reads above 1.1 × BW (the first commit
+// read 5 ms after the reading before it once read as several times BW) and the
+// time left never goes up by more than 2 %.
+func TestThrottledWatch(t *testing.T) {
+	const bw, mib = 20 << 20, 1 << 20
+	const size = 200 << 20
+	commitAt := func(k int) float64 { return -1.5 + 2*float64(k) + 0.02 } // k-th commit, with its fsync
+	var times []float64
+	for s := 0.0; s < commitAt(5); s++ {
+		times = append(times, s)
+	}
+	for k := 1; k <= 5; k++ {
+		times = append(times, commitAt(k)+0.005)
+	}
+	sort.Float64s(times)
+	m := NewMeter()
+	var lastETA *float64
+	for _, s := range times {
+		var written int64
+		for k := 1; k <= 5 && commitAt(k) <= s; k++ {
+			written = int64(k) * 40 << 20
+		}
+		tr := hashfile.New()
+		transfer.SetCommand(tr, transfer.Run)
+		transfer.SetState(tr, transfer.Running)
+		transfer.SetBW(tr, bw)
+		transfer.AddFile(tr, "/c/a", "/p/a", size)
+		transfer.SetWritten(tr, transfer.File{Src: "/c/a", Dest: "/p/a", Size: size}, written)
+		r := Build("/t", t0.Add(time.Duration(s*float64(time.Second))), tr, m)
+		for _, rt := range []*float64{r.Totals.Rate, r.Files[0].Rate} {
+			if rt != nil && *rt > 1.1*bw {
+				t.Fatalf("at %.3fs, %d MiB written: rate %.1f MiB/s under BW 20 MiB/s", s, written/mib, *rt/mib)
+			}
+		}
+		if e := r.Totals.ETA; e != nil {
+			if lastETA != nil && *e > *lastETA*1.02 {
+				t.Fatalf("at %.3fs: ETA %.2fs, up from %.2fs", s, *e, *lastETA)
+			}
+			lastETA = e
+		}
+	}
+	if lastETA == nil {
+		t.Fatal("no time left was ever shown")
 	}
 }

@@ -117,7 +117,7 @@ func (m *Meter) window(now time.Time) (r float64, late time.Duration, ok bool) {
 		return 0, 0, false
 	}
 	interval := span / time.Duration(len(m.commits)-1)
-	return float64(last.n-base.n) / span.Seconds(), now.Sub(last.at) - interval, true
+	return Average(last.n-base.n, span), now.Sub(last.at) - interval, true
 }
 
 // ETA returns the time needed for left bytes at time now, and false when
