@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"github.com/scr-transferd/scr-transferd/cache/cachetest"
 	"github.com/scr-transferd/scr-transferd/hashfile"
@@ -14,6 +15,10 @@ import (
 	"testing"
 	"time"
 )
+
+// update makes golden tests rewrite their files in testdata instead of
+// comparing, as in every package of the project: go test -update.
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // Binaries built once for the tests that run real processes.
 var (
