@@ -71,6 +71,10 @@ type daemon struct {
 	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
 	flushStarted time.Time             // the flush under way began, zero when none
 	flushCopied  int64                 // copied when it began
+
+	// topProblems are the top-level problems of the last pass (BW,
+	// PERCENT, COMMAND values): each is logged when it appears.
+	topProblems map[string]bool
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
@@ -603,7 +607,7 @@ func (d *daemon) logThrottle() {
 	d.log.Debug("throttle paused the copy", zap.Uint64("pauses", ts.Sleeps-d.throttled),
 		zap.Uint64("pauses_total", ts.Sleeps), zap.Duration("paused_total", ts.Slept),
 		limitField("bw_limit", d.limits.bw, logging.Rate("bw_limit", d.limits.bw)),
-		limitField("percent_limit", d.limits.percent, zap.Float64("percent_limit", d.limits.percent)))
+		percentField("percent_limit", d.limits.percent))
 	d.throttled = ts.Sleeps
 }
 
@@ -668,15 +672,10 @@ func (d *daemon) applyLimits(v transfer.View) {
 			msg = "limits"
 		}
 		d.log.Info(msg, limitField("bw", next.bw, logging.Rate("bw", next.bw)),
-			limitField("percent", next.percent, zap.Float64("percent", next.percent)))
+			percentField("percent", next.percent))
 		d.limits = &next
 	}
-	for _, p := range v.Problems {
-		if key := "top " + p.Error(); !d.problems[key] {
-			d.problems[key] = true
-			d.log.Warn("malformed value in the transfer file ignored", zap.Error(p))
-		}
-	}
+	d.topProblems = warnProblems(d.log, v.Problems, d.topProblems, next)
 }
 
 // limitField is a BW or PERCENT for the log: "unlimited" for 0.

@@ -4,6 +4,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -36,4 +37,32 @@ func (d *daemon) logRecovered(f transfer.File, r *retry) {
 	}
 	d.log.Info("recovered", zap.String("src", f.Src), zap.String("dest", f.Dest),
 		zap.Int("failed_attempts", r.failures), zap.String("last_error", r.logged))
+}
+
+// warnProblems logs each top-level problem of the transfer file (a BW or
+// PERCENT out of range or unusable, a COMMAND with several values) when it
+// appears: once while it stands, not on every pass, and again if it comes
+// back after a pass without it. Each line says what is in force. It
+// returns the problems of this pass, to pass in next time.
+func warnProblems(log *zap.Logger, problems []error, before map[string]bool, inForce limits) map[string]bool {
+	now := make(map[string]bool, len(problems))
+	for _, p := range problems {
+		key := p.Error()
+		now[key] = true
+		if !before[key] {
+			log.Warn("transfer file value not taken as written", zap.Error(p),
+				limitField("bw_in_force", inForce.bw, logging.Rate("bw_in_force", inForce.bw)),
+				percentField("percent_in_force", inForce.percent))
+		}
+	}
+	return now
+}
+
+// percentField is a PERCENT for the log: "unlimited" for 0 and 100 and
+// above, as the throttle takes them.
+func percentField(key string, p float64) zap.Field {
+	if p >= transfer.MaxPercent {
+		p = 0
+	}
+	return limitField(key, p, zap.Float64(key, p))
 }

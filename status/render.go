@@ -42,7 +42,7 @@ func Render(r Report, o Layout) string {
 	add := func(s string) { lines = append(lines, s) }
 	add(r.TransferFile)
 	add(fmt.Sprintf("STATE %s  COMMAND %s  BW %s  PERCENT %s",
-		orNone(r.State, "(none)"), orNone(r.Command, "(none)"), BWText(r.BW), percentText(r.Percent)))
+		orNone(r.State, "(none)"), orNone(r.Command, "(none)"), keptText(r.BWKept, BWText(r.BW)), keptText(r.PercentKept, percentText(r.Percent))))
 	for _, p := range r.Problems {
 		add("  problem: " + p)
 	}
@@ -285,6 +285,15 @@ func percentText(p float64) string {
 		return "unlimited"
 	}
 	return fmt.Sprintf("%g%%", p)
+}
+
+// keptText is a limit's text, or what is in force when the file's value
+// is unusable (transfer.ReadLimits): the daemon's previous limit.
+func keptText(kept bool, text string) string {
+	if kept {
+		return "(previous value kept, see problem)"
+	}
+	return text
 }
 
 func orNone(s, none string) string {
