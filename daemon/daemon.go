@@ -138,8 +138,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.TransferFile = path
 	cfg.Flush.VerifyAfter = cfg.Verify.after()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("control directory of %s: %w", path, err)
+	if err := controlDir(filepath.Dir(path), cfg.CreateDir); err != nil {
+		return err
 	}
 	for _, p := range append(append([]string{}, cfg.AllowSrc...), cfg.AllowDest...) {
 		if !filepath.IsAbs(p) {

@@ -195,14 +195,11 @@ func cmdAdd(e *env, args []string) error {
 	}
 	var n int64
 	if *size != "" {
-		v, err := units.Parse(*size)
+		v, err := units.ParseCount(*size, 0, math.MaxInt64)
 		if err != nil {
 			return usageError{"--size " + err.Error()}
 		}
-		if v != math.Trunc(v) {
-			return usageError{fmt.Sprintf("--size %q: want a whole number of bytes", *size)}
-		}
-		n = int64(v)
+		n = v
 	} else {
 		fi, err := os.Stat(src)
 		if err != nil {
