@@ -135,6 +135,8 @@ type Status struct {
 	ThrottleSlept  time.Duration
 	LastSuccess    time.Time // when a file last completed; zero if never
 	LockWaitSince  time.Time // since when the daemon waits for the transfer-file lock; zero if it does not
+	BWLimit        float64   // BW in force (transfer.ReadLimits, the last good value of an unusable one); 0: none
+	PercentLimit   float64   // PERCENT in force; 0 or 100: none
 }
 
 // DefaultStreams is Config.Streams when unset.

@@ -1064,6 +1064,9 @@ func (d *daemon) report() {
 	}
 	ts := d.throttle.Stats()
 	s.ThrottleSleeps, s.ThrottleSlept = ts.Sleeps, ts.Slept
+	if d.limits != nil {
+		s.BWLimit, s.PercentLimit = d.limits.bw, d.limits.percent
+	}
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	if s != d.lastShown {

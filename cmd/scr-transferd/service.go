@@ -12,6 +12,7 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/internal/units"
+	"github.com/scr-transferd/scr-transferd/internal/version"
 	"github.com/scr-transferd/scr-transferd/metrics"
 )
 
@@ -44,13 +45,20 @@ type service struct {
 	finished chan struct{}
 
 	// Owned by the service goroutine.
-	metricsWritten bool // this process wrote the metrics file at least once
-	metricsFailing bool // the last write failed (logged once per run of failures)
+	metricsWritten bool      // this process wrote the metrics file at least once
+	metricsAt      time.Time // when it last tried to write it, zero if never
+	metricsFailing bool      // the last write failed (logged once per run of failures)
 }
 
 // startService starts the service goroutine; metricsFile may be empty.
 // Stop it with close.
 func startService(log *zap.Logger, transferFile, metricsFile string) *service {
+	vi := version.Get()
+	return startServiceBuild(log, transferFile, metricsFile, metrics.Build{Version: vi.Version, Revision: vi.Revision, GoVersion: vi.GoVersion})
+}
+
+// startServiceBuild is startService with the build the metrics name.
+func startServiceBuild(log *zap.Logger, transferFile, metricsFile string, build metrics.Build) *service {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &service{
 		log:      log,
@@ -60,7 +68,7 @@ func startService(log *zap.Logger, transferFile, metricsFile string) *service {
 		finished: make(chan struct{}),
 	}
 	if metricsFile != "" {
-		s.metrics = metrics.NewTextfile(metricsFile, transferFile)
+		s.metrics = metrics.NewTextfile(metricsFile, transferFile, build)
 	}
 	if d, err := sd.SdWatchdogEnabled(false); err != nil {
 		log.Warn("systemd watchdog settings unusable", zap.Error(err))
@@ -153,8 +161,10 @@ func (s *service) loop(ctx context.Context) {
 			return
 		case <-s.wake:
 			handle()
-		case <-tick:
-			if dirty {
+		case now := <-tick:
+			// News, or a refresh that keeps the update timestamp fresh
+			// while the daemon lives (not before the first snapshot).
+			if ready && metrics.Due(dirty, s.metricsAt, now) {
 				dirty = false
 				s.writeMetrics(last)
 			}
@@ -180,7 +190,11 @@ func (s *service) writeMetrics(st daemon.Status) {
 	if s.metrics == nil {
 		return
 	}
+	s.metricsAt = time.Now()
 	if err := s.metrics.Update(metrics.Sample{
+		Updated:        s.metricsAt,
+		BWLimit:        st.BWLimit,
+		PercentLimit:   st.PercentLimit,
 		State:          string(st.State),
 		BytesCopied:    st.BytesCopied,
 		BytesDurable:   st.BytesWritten,
