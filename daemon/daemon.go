@@ -799,8 +799,7 @@ func (d *daemon) start(f transfer.File) {
 	j.durable.Store(f.Written)
 	d.job = j
 	d.beat.workerStart()
-	d.log.Info("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
-		logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
+	d.logAttempt(f, d.retries[f.Src])
 	go func() {
 		r := result{job: j}
 		r.res, r.warnings, r.err = d.copyFile(ctx, j)
@@ -934,7 +933,10 @@ func (d *daemon) finish(r result) {
 		// last record and FLAG DONE.
 		if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
 			elapsed := d.lastOK.Sub(r.job.started)
+			// copied: this attempt's bytes, which elapsed and the rate
+			// are about (a resumed file's size is not).
 			ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
+				logging.Bytes("copied", f.Size-r.job.from),
 				zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
 				logging.Rate("average_rate", float64(f.Size-r.job.from)/max(elapsed.Seconds(), 1e-9)))
 		}
@@ -1019,8 +1021,9 @@ func (d *daemon) forgetRetries(v transfer.View) {
 	for _, f := range v.Files {
 		present[f.Src] = true
 	}
-	for src := range d.retries {
+	for src, r := range d.retries {
 		if !present[src] {
+			d.logGaveUp(src, r)
 			delete(d.retries, src)
 		}
 	}

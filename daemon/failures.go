@@ -29,6 +29,36 @@ func (d *daemon) logFailure(f transfer.File, err error, r *retry) {
 	}
 }
 
+// logAttempt logs the start of a copy of f: at info level the first
+// attempt, at debug level a retry after failures (r, nil if none), whose
+// outcome the failure's own line already told ("copy failed" with
+// retry_in) and the next tells ("recovered", or a changed error).
+func (d *daemon) logAttempt(f transfer.File, r *retry) {
+	level := zapcore.InfoLevel
+	if r != nil && r.failures > 0 {
+		level = zapcore.DebugLevel
+	}
+	if ce := d.log.Check(level, "copy"); ce != nil {
+		fields := []zap.Field{zap.String("src", f.Src), zap.String("dest", f.Dest),
+			logging.Bytes("size", f.Size), logging.Bytes("from", f.Written)}
+		if level == zapcore.DebugLevel {
+			fields = append(fields, zap.Int("attempt", r.failures+1))
+		}
+		ce.Write(fields...)
+	}
+}
+
+// logGaveUp logs the end of the attempts on a failing file whose FILES
+// entry the library removed (r: its back-off): the outcome of the errors
+// logged for it, when there were any.
+func (d *daemon) logGaveUp(src string, r *retry) {
+	if r == nil || r.failures == 0 {
+		return
+	}
+	d.log.Warn("gave up: the library removed the FILES entry of a failing file", zap.String("src", src),
+		zap.Int("failed_attempts", r.failures), zap.String("last_error", r.logged))
+}
+
 // logRecovered logs that f was flushed after failed attempts (r, nil if
 // none), at info level: the end of the errors logged for it.
 func (d *daemon) logRecovered(f transfer.File, r *retry) {

@@ -258,7 +258,7 @@ func statusLine(st daemon.Status) string {
 	}
 	s += fmt.Sprintf("; %s pending", units.IEC(float64(st.BytesPending)))
 	if st.FilesInError > 0 {
-		s += fmt.Sprintf("; %d files in error", st.FilesInError)
+		s += "; " + units.Plural(st.FilesInError, "file", "files") + " in error"
 	}
 	return s
 }

@@ -86,3 +86,14 @@ func FuzzParseCount(f *testing.F) {
 		}
 	})
 }
+
+func TestPlural(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{{0, "0 files"}, {1, "1 file"}, {2, "2 files"}, {2001, "2001 files"}} {
+		if got := Plural(tc.n, "file", "files"); got != tc.want {
+			t.Errorf("Plural(%d) = %q; want %q", tc.n, got, tc.want)
+		}
+	}
+}
