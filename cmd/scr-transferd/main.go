@@ -93,16 +93,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 }
 
 // usage is the text of --help.
-func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: scr-transferd [flags] TRANSFERFILE\n\n"+
-		"Copies every FILES entry of SCR's transfer file with WRITTEN < SIZE to its\n"+
-		"DESTINATION when the file says COMMAND RUN, throttled by BW and PERCENT.\n"+
-		"Flags may come before or after TRANSFERFILE.\n\nFlags:\n")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
-	fmt.Fprintf(w, "\nEnvironment: SCR_TRANSFER_SECS (default for --reread), SCR_FILE_BUF_SIZE (default for --buf-size).\n")
-}
+func usage(w io.Writer, fs *flag.FlagSet) { help().Text(w, fs) }
 
 // flags defines the daemon's flags, with defaults from the environment.
 func flags() (*options, *flag.FlagSet, error) {
@@ -153,6 +144,11 @@ func flags() (*options, *flag.FlagSet, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "--help-man" {
+		// Hidden: the manual page, made from the --help text
+		// (docs/man/scr-transferd.1).
+		return manPage(stdout)
+	}
 	o, err := parse(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -70,6 +70,9 @@ func (v *countValue) String() string {
 // Get makes the flag a flag.Getter.
 func (v *countValue) Get() any { return *v.p }
 
+// Placeholder names the value in help texts.
+func (v *countValue) Placeholder() string { return "SIZE" }
+
 // intCountValue is a flag.Value holding a byte count in an int.
 type intCountValue struct {
 	p      *int
@@ -94,6 +97,9 @@ func (v *intCountValue) String() string {
 
 // Get makes the flag a flag.Getter.
 func (v *intCountValue) Get() any { return *v.p }
+
+// Placeholder names the value in help texts.
+func (v *intCountValue) Placeholder() string { return "SIZE" }
 
 // CountText writes n bytes in the shortest form ParseCount reads back
 // exactly: "4M" for 4 MiB, "1536K", "1000": a flag's default in --help.
