@@ -96,6 +96,9 @@ func flagUsage(f *flag.Flag) string {
 }
 
 func hasFlags(fs *flag.FlagSet) bool {
+	if fs == nil {
+		return false
+	}
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
 	return n > 0
