@@ -107,6 +107,9 @@ type job struct {
 	grace context.Context
 	// quiet: a file of a batch logged as a whole; its own lines are debug.
 	quiet bool
+	// data is, once the copy returned, the bytes of data it transferred
+	// (holes of a SIONlib container not counted): the rate's numerator.
+	data int64
 }
 
 // level is the level of the lines about j's file: info, debug for a file
@@ -886,6 +889,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		c = j.copier
 	}
 	res, err := c.Copy(ctx, fj, commit)
+	j.data = v.dataBetween(f.Written, f.Size)
 	return res, v.warnings(), err
 }
 
@@ -900,7 +904,7 @@ func (d *daemon) finish(r result) {
 		for _, sub := range r.batch {
 			if sub.err == nil && sub.res.Complete {
 				files++
-				bytes += sub.job.file.Size - sub.job.from
+				bytes += sub.job.data
 			}
 			d.finish(sub)
 		}
@@ -933,12 +937,12 @@ func (d *daemon) finish(r result) {
 		// last record and FLAG DONE.
 		if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
 			elapsed := d.lastOK.Sub(r.job.started)
-			// copied: this attempt's bytes, which elapsed and the rate
-			// are about (a resumed file's size is not).
+			// copied: this attempt's data bytes, which elapsed and the
+			// rate are about (a resumed file's size is not, nor holes).
 			ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
-				logging.Bytes("copied", f.Size-r.job.from),
+				logging.Bytes("copied", r.job.data),
 				zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", float64(f.Size-r.job.from)/max(elapsed.Seconds(), 1e-9)))
+				logging.Rate("average_rate", float64(r.job.data)/max(elapsed.Seconds(), 1e-9)))
 		}
 	case r.err == nil:
 		// Stopped without an error: nothing to record.
