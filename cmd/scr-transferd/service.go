@@ -169,21 +169,28 @@ func (s *service) loop(ctx context.Context) {
 				s.writeMetrics(last)
 			}
 		case <-watchdog:
-			// Ping only while the loop and the copy make progress: a
-			// daemon stuck on a lock or in the kernel must be seen.
-			why := s.beat.Stalled(time.Now(), s.watchdog/2)
-			if why == "" {
-				if stalled != "" {
-					s.log.Info("watchdog pings resumed")
-					stalled = ""
-				}
-				s.send("WATCHDOG=1")
-			} else if stalled == "" {
-				stalled = why
-				s.log.Warn("watchdog: not pinging", zap.String("reason", why))
-			}
+			stalled = s.pingWatchdog(stalled)
 		}
 	}
+}
+
+// pingWatchdog sends WATCHDOG=1 only while the loop and the copy make
+// progress: a daemon stuck on a lock or in the kernel must be seen.
+// stalled is what stopped the pings ("" if nothing), logged once; it
+// returns the new one.
+func (s *service) pingWatchdog(stalled string) string {
+	why := s.beat.Stalled(time.Now(), s.watchdog/2)
+	if why != "" {
+		if stalled == "" {
+			s.log.Warn("watchdog: not pinging", zap.String("reason", why))
+		}
+		return why
+	}
+	if stalled != "" {
+		s.log.Info("watchdog pings resumed")
+	}
+	s.send("WATCHDOG=1")
+	return ""
 }
 
 func (s *service) writeMetrics(st daemon.Status) {

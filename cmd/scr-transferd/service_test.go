@@ -126,8 +126,10 @@ func TestServiceManners(t *testing.T) {
 	src := filepath.Join(dir, "cache", "ckpt")
 	dst := filepath.Join(dir, "pfs", "ckpt")
 	const size = 2 << 20
-	if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{filepath.Dir(src), filepath.Dir(tf)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.WriteFile(src, bytes.Repeat([]byte("checkpoint"), size/10+1)[:size], 0o644); err != nil {
 		t.Fatal(err)
