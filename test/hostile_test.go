@@ -104,7 +104,9 @@ func TestHostileTransferFiles(t *testing.T) {
 		transfer.SetBW(t, slowBW)
 		transfer.SetCommand(t, transfer.Run)
 	})
-	d := n.start("--sync-interval=100ms", "--reread=200ms", "--poll=50ms")
+	// At debug level: a retry's "copy" line, which the loop waits for, is
+	// logged at debug.
+	d := n.start("--sync-interval=100ms", "--reread=200ms", "--poll=50ms", "--log-level=debug")
 	n.waitFor("bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 })
 
 	copyMark := 0
