@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
+	"io/fs"
 	"math"
 	"os"
 	"regexp"
@@ -87,6 +89,9 @@ func TestREADMEFlagTable(t *testing.T) {
 	// in docs/pending until they are integrated.
 	for _, doc := range []string{"../../README.md", "../../docs/pending/opsdaemon.md"} {
 		readme, err := os.ReadFile(doc)
+		if errors.Is(err, fs.ErrNotExist) && strings.Contains(doc, "/pending/") {
+			continue // integrated into the README
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
