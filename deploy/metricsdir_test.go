@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -61,7 +62,7 @@ func TestMetricsDirectoryNotWorldWritable(t *testing.T) {
 	if mode.Perm()&0o002 != 0 || mode.Perm()&0o070 != 0o070 || mode&os.ModeSetgid == 0 || mode&os.ModeSticky == 0 {
 		t.Errorf("textfile directory mode %v; want group-writable, set-group-ID, sticky, not writable by others", mode)
 	}
-	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || m[1] != itoa(st.Gid) {
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || m[1] != strconv.FormatUint(uint64(st.Gid), 10) {
 		t.Errorf("textfile directory owned by %d:%d; want root:scr-transferd (%s)", st.Uid, st.Gid, m[1])
 	}
 	unit, err := os.ReadFile("systemd/scr-transferd@.service")
@@ -70,15 +71,5 @@ func TestMetricsDirectoryNotWorldWritable(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^SupplementaryGroups=scr-transferd$`).Match(unit) {
 		t.Error("scr-transferd@.service does not give its daemon the group scr-transferd (SupplementaryGroups=)")
-	}
-}
-
-func itoa(n uint32) string {
-	var b []byte
-	for {
-		b = append([]byte{byte('0' + n%10)}, b...)
-		if n /= 10; n == 0 {
-			return string(b)
-		}
 	}
 }
