@@ -71,6 +71,10 @@ type daemon struct {
 	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
 	flushStarted time.Time             // the flush under way began, zero when none
 	flushCopied  int64                 // copied when it began
+
+	// topProblems are the top-level problems of the last pass (BW,
+	// PERCENT, COMMAND values): each is logged when it appears.
+	topProblems map[string]bool
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
@@ -103,6 +107,9 @@ type job struct {
 	grace context.Context
 	// quiet: a file of a batch logged as a whole; its own lines are debug.
 	quiet bool
+	// data is, once the copy returned, the bytes of data it transferred
+	// (holes of a SIONlib container not counted): the rate's numerator.
+	data int64
 }
 
 // level is the level of the lines about j's file: info, debug for a file
@@ -134,8 +141,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.TransferFile = path
 	cfg.Flush.VerifyAfter = cfg.Verify.after()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("control directory of %s: %w", path, err)
+	if err := controlDir(filepath.Dir(path), cfg.CreateDir); err != nil {
+		return err
 	}
 	for _, p := range append(append([]string{}, cfg.AllowSrc...), cfg.AllowDest...) {
 		if !filepath.IsAbs(p) {
@@ -605,7 +612,7 @@ func (d *daemon) logThrottle() {
 	d.log.Debug("throttle paused the copy", zap.Uint64("pauses", ts.Sleeps-d.throttled),
 		zap.Uint64("pauses_total", ts.Sleeps), zap.Duration("paused_total", ts.Slept),
 		limitField("bw_limit", d.limits.bw, logging.Rate("bw_limit", d.limits.bw)),
-		limitField("percent_limit", d.limits.percent, zap.Float64("percent_limit", d.limits.percent)))
+		percentField("percent_limit", d.limits.percent))
 	d.throttled = ts.Sleeps
 }
 
@@ -670,15 +677,10 @@ func (d *daemon) applyLimits(v transfer.View) {
 			msg = "limits"
 		}
 		d.log.Info(msg, limitField("bw", next.bw, logging.Rate("bw", next.bw)),
-			limitField("percent", next.percent, zap.Float64("percent", next.percent)))
+			percentField("percent", next.percent))
 		d.limits = &next
 	}
-	for _, p := range v.Problems {
-		if key := "top " + p.Error(); !d.problems[key] {
-			d.problems[key] = true
-			d.log.Warn("malformed value in the transfer file ignored", zap.Error(p))
-		}
-	}
+	d.topProblems = warnProblems(d.log, v.Problems, d.topProblems, next)
 }
 
 // limitField is a BW or PERCENT for the log: "unlimited" for 0.
@@ -802,8 +804,7 @@ func (d *daemon) start(f transfer.File) {
 	j.durable.Store(f.Written)
 	d.job = j
 	d.beat.workerStart()
-	d.log.Info("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
-		logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
+	d.logAttempt(f, d.retries[f.Src])
 	go func() {
 		r := result{job: j}
 		r.res, r.warnings, r.err = d.copyFile(ctx, j)
@@ -890,6 +891,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		c = j.copier
 	}
 	res, err := c.Copy(ctx, fj, commit)
+	j.data = v.dataBetween(f.Written, f.Size)
 	return res, v.warnings(), err
 }
 
@@ -904,7 +906,7 @@ func (d *daemon) finish(r result) {
 		for _, sub := range r.batch {
 			if sub.err == nil && sub.res.Complete {
 				files++
-				bytes += sub.job.file.Size - sub.job.from
+				bytes += sub.job.data
 			}
 			d.finish(sub)
 		}
@@ -937,9 +939,12 @@ func (d *daemon) finish(r result) {
 		// last record and FLAG DONE.
 		if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
 			elapsed := d.lastOK.Sub(r.job.started)
+			// copied: this attempt's data bytes, which elapsed and the
+			// rate are about (a resumed file's size is not, nor holes).
 			ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
+				logging.Bytes("copied", r.job.data),
 				zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", rate.Average(f.Size-r.job.from, elapsed)))
+				logging.Rate("average_rate", rate.Average(r.job.data, elapsed)))
 		}
 	case r.err == nil:
 		// Stopped without an error: nothing to record.
@@ -1022,8 +1027,9 @@ func (d *daemon) forgetRetries(v transfer.View) {
 	for _, f := range v.Files {
 		present[f.Src] = true
 	}
-	for src := range d.retries {
+	for src, r := range d.retries {
 		if !present[src] {
+			d.logGaveUp(src, r)
 			delete(d.retries, src)
 		}
 	}
@@ -1067,6 +1073,9 @@ func (d *daemon) report() {
 	}
 	ts := d.throttle.Stats()
 	s.ThrottleSleeps, s.ThrottleSlept = ts.Sleeps, ts.Slept
+	if d.limits != nil {
+		s.BWLimit, s.PercentLimit = d.limits.bw, d.limits.percent
+	}
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	if s != d.lastShown {

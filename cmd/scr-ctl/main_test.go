@@ -98,7 +98,7 @@ type daemonProc struct {
 // running, and its log is shown if the test failed.
 func startDaemon(t *testing.T, tf string) *daemonProc {
 	t.Helper()
-	cmd := exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", tf)
+	cmd := exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", "--create-dir", tf)
 	d := &daemonProc{cmd: cmd, logs: &bytes.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = d.logs
 	if err := cmd.Start(); err != nil {

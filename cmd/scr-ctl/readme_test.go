@@ -77,7 +77,7 @@ func helpFlags(t *testing.T, name string) (usage string, flags []string) {
 	first, rest, _ := strings.Cut(r.stdout, "\n")
 	_, section, ok := strings.Cut(rest, "\nFlags:\n")
 	if ok {
-		for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(section, -1) {
+		for _, m := range regexp.MustCompile(`(?m)^  --?(\S+)`).FindAllStringSubmatch(section, -1) {
 			flags = append(flags, m[1])
 		}
 	}
