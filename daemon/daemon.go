@@ -627,12 +627,21 @@ func (d *daemon) fileError(err error) {
 		if write {
 			d.log.Error("cannot rewrite the transfer file; its old image is intact, retrying", zap.Error(err))
 		} else {
-			d.log.Error("cannot use the transfer file; keeping the last good view", zap.Error(err))
+			d.log.Error("cannot use the transfer file; keeping the last good view", zap.Error(err), repairHint(err, d.cfg.TransferFile))
 		}
 	}
 	r := &d.fileRetry
 	r.delay = min(max(r.delay*2, d.cfg.RetryMin), d.cfg.RetryMax)
 	r.at = time.Now().Add(r.delay)
+}
+
+// repairHint is the log field that tells an operator the way out of a
+// transfer file that does not decode, and a skipped field otherwise.
+func repairHint(err error, path string) zap.Field {
+	if !errors.Is(err, hashfile.ErrFormat) {
+		return zap.Skip()
+	}
+	return zap.String("action", fmt.Sprintf("'scr-ctl repair --dry-run %s' says what can be kept; 'scr-ctl repair %s' keeps it and saves the corrupt file beside it", path, path))
 }
 
 // fileUsable ends a transfer-file problem.
