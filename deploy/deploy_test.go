@@ -152,7 +152,7 @@ func TestUnitsUseFlagsTheDaemonHas(t *testing.T) {
 				continue
 			}
 			for _, m := range flagRE.FindAllStringSubmatch(line, -1) {
-				if !bytes.Contains(out, []byte("  -"+strings.TrimPrefix(m[1], "--")+" ")) {
+				if !bytes.Contains(out, []byte("\n  "+m[1]+" ")) && !bytes.Contains(out, []byte("\n  "+m[1]+"\n")) {
 					t.Errorf("%s: ExecStart uses %s, which scr-transferd --help does not list", u.path, m[1])
 				}
 			}

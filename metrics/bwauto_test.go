@@ -13,7 +13,7 @@ func TestBWAutoGauge(t *testing.T) {
 		rate float64
 		want bool
 	}{{0, false}, {25e6, true}} {
-		m := NewTextfile(filepath.Join(t.TempDir(), "scr.prom"), "/t")
+		m := NewTextfile(filepath.Join(t.TempDir(), "scr.prom"), "/t", Build{})
 		fams := parse(t, m.Render(Sample{State: "RUNNING", BWAuto: tc.rate}))
 		if _, ok := fams[name]; ok != tc.want {
 			t.Fatalf("BWAuto %g: %s present = %v, want %v", tc.rate, name, ok, tc.want)

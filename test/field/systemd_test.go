@@ -186,6 +186,8 @@ func installUnits(t *testing.T, c *container) {
 	c.install(t, "../../deploy/systemd/scr-transferd@.service", "/etc/systemd/system/scr-transferd@.service", 0o644)
 	c.install(t, "../../deploy/systemd/site.conf.example", "/etc/systemd/system/scr-transferd@.service.d/site.conf", 0o644)
 	c.install(t, "../../deploy/systemd/scr-transferd.env.example", "/etc/scr-transferd/scr-transferd.env", 0o644)
+	c.install(t, "../../deploy/systemd/scr-transferd.sysusers.example", "/etc/sysusers.d/scr-transferd.conf", 0o644)
+	c.sh(t, "systemd-sysusers", "/etc/sysusers.d/scr-transferd.conf")
 	c.install(t, "../../deploy/systemd/scr-transferd.tmpfiles.example", "/etc/tmpfiles.d/scr-transferd.conf", 0o644)
 	c.sh(t, "systemd-tmpfiles", "--create", "/etc/tmpfiles.d/scr-transferd.conf")
 	// The caches are in /dev/shm: logind must not remove the user's files
