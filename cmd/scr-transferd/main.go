@@ -100,7 +100,9 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
-	fmt.Fprintf(w, "\nEnvironment: SCR_TRANSFER_SECS (default for --reread), SCR_FILE_BUF_SIZE (default for --buf-size).\n")
+	fmt.Fprintf(w, "\nEnvironment: SCR_TRANSFER_SECS (default for --reread), SCR_FILE_BUF_SIZE (default for --buf-size).\n"+
+		"Exit status: 0 stopped (COMMAND EXIT, SIGTERM), 1 cannot start, 2 wrong command line or environment,\n"+
+		"3 another daemon already serves TRANSFERFILE, 4 permission denied or control directory refused.\n")
 }
 
 // flags defines the daemon's flags, with defaults from the environment.
@@ -200,7 +202,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	svc.stopping()
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
-		return 1
+		return startFailureStatus(err)
 	}
 	return 0
 }
