@@ -234,6 +234,11 @@ func TestSystemdJobScriptCancelled(t *testing.T) {
 	if code := j.wait(t); code == 0 {
 		t.Error("a cancelled job exited 0")
 	}
+	// Slurm reports a script killed by SIGTERM as cancelled (0:15); an
+	// exit status of its own (143) reads as 143:0.
+	if ws, ok := j.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("the cancelled script ended with %v, want killed by SIGTERM (Slurm's 0:15)", j.cmd.ProcessState)
+	}
 	j.daemonStopped(t)
 }
 
