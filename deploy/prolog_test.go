@@ -242,3 +242,28 @@ func TestPrologOptIn(t *testing.T) {
 		})
 	}
 }
+
+// TestPrologRefusesWrongUser: when the instance would run as another user
+// than the job's (a site drop-in sorting after the prolog's 90-job.conf
+// sets User=), the prolog reloads systemd once and, if that does not cure
+// it, starts nothing, removes its drop-in and says why.
+func TestPrologRefusesWrongUser(t *testing.T) {
+	s := newSiteScript(t)
+	code, syslog := s.run(t, "slurm/prolog.sh", "FAKE_SYSTEMCTL_USER=alice")
+	if code != 0 {
+		t.Fatalf("prolog exit status %d", code)
+	}
+	calls, _ := os.ReadFile(filepath.Join(s.dir, "systemctl"))
+	if strings.Contains(string(calls), "start ") {
+		t.Errorf("the unit was started as the wrong user: %q", calls)
+	}
+	if !strings.Contains(string(calls), "daemon-reload") {
+		t.Errorf("no reload before giving up: %q", calls)
+	}
+	if !strings.Contains(syslog, "would run as 'alice', not as the job's user "+s.user) {
+		t.Errorf("the log does not say the unit would run as the wrong user: %q", syslog)
+	}
+	if confs, _ := filepath.Glob(filepath.Join(s.units, "*.d")); len(confs) != 0 {
+		t.Errorf("the drop-in is left: %v", confs)
+	}
+}

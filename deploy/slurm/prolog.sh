@@ -18,8 +18,8 @@
 #   always            every job
 # Jobs of root never get one unless SCR_TRANSFERD_ALLOW_ROOT=1.
 #
-# No systemctl daemon-reload: the job's drop-in is written for an instance
-# that was never loaded, and systemd reads it when the instance is started.
+# No systemctl daemon-reload per job: the job's drop-in is written for an
+# instance that was never loaded, and systemd reads it when it loads it.
 #
 # A failure here never fails the prolog: Slurm would drain the node and
 # requeue the job held ("launch failed requeued held"). It logs one line
@@ -118,6 +118,21 @@ mkdir -p "$dropin" || fail "cannot create $dropin"
         printf 'ReadWritePaths=%s\n' "${rw# }"
     fi
 } > "$dropin/90-job.conf" || fail "cannot write $dropin/90-job.conf"
+# systemd reads the drop-in when it loads the instance, which no job has
+# named before; should it not have seen the new directory yet, one reload
+# makes it (logged: it should be rare). A User= that still differs comes
+# from a drop-in that sorts after 90-job.conf: refuse to start a daemon as
+# the wrong user.
+runs_as=$(systemctl show --property=User --value "$unit")
+if [ "$runs_as" != "$user" ]; then
+    log "job $job: $unit would run as '$runs_as', not $user: reloading systemd to read $dropin/90-job.conf"
+    systemctl daemon-reload || fail "systemctl daemon-reload failed"
+    runs_as=$(systemctl show --property=User --value "$unit")
+    if [ "$runs_as" != "$user" ]; then
+        rm -rf "$dropin"
+        fail "$unit would run as '$runs_as', not as the job's user $user: a drop-in named after 90-job.conf sets User= (systemctl cat $unit; name site drop-ins 10-site.conf)"
+    fi
+fi
 # Type=notify: this returns once the daemon has recorded its first STATE.
 if ! timeout "${SCR_TRANSFERD_START_TIMEOUT:-60}" systemctl start "$unit"; then
     fail "systemctl start $unit failed (journalctl -u '$unit')"

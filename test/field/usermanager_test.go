@@ -42,6 +42,11 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 MinJobAge=3600
 KillWait=30
+# The prolog deployment model (deploy/slurm/prolog.sh, epilog.sh): a
+# system unit for the jobs that ask (--comment=scr-transferd).
+Prolog=/etc/slurm/scr-transferd-prolog.sh
+Epilog=/etc/slurm/scr-transferd-epilog.sh
+PrologFlags=Alloc
 NodeName=scrfield NodeAddr=127.0.0.1 CPUs=2 RealMemory=500 State=UNKNOWN
 PartitionName=field Nodes=scrfield Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 `
@@ -50,8 +55,9 @@ var containerSlurmOnce sync.Mutex
 
 // containerSlurm configures and starts munge, slurmctld and slurmd in the
 // container (Debian's packages, installed by nspawn-up.sh) and a user
-// manager for unitUser (lingering), and installs the user unit as
-// deploy/systemd/README.md says. It returns the user's UID.
+// manager for unitUser (lingering), and installs the user unit, the prolog
+// and the epilog as deploy/systemd/README.md says. It returns the user's
+// UID.
 func containerSlurm(t *testing.T, c *container) int {
 	t.Helper()
 	containerSlurmOnce.Lock()
@@ -61,6 +67,8 @@ func containerSlurm(t *testing.T, c *container) int {
 	}
 	installUnits(t, c)
 	c.install(t, "../../deploy/systemd/user/scr-transferd@.service", "/etc/systemd/user/scr-transferd@.service", 0o644)
+	c.install(t, "../../deploy/slurm/prolog.sh", "/etc/slurm/scr-transferd-prolog.sh", 0o755)
+	c.install(t, "../../deploy/slurm/epilog.sh", "/etc/slurm/scr-transferd-epilog.sh", 0o755)
 	// In a systemd-nspawn container /proc/kmsg is a FIFO (nspawn's own),
 	// which a user manager cannot mask for ProtectKernelLogs=yes: the unit
 	// fails with "Failed to mount .../inaccessible/fifo to
