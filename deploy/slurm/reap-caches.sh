@@ -114,6 +114,10 @@ reap_job() {
     for d in "$transfer" "$cntl" "$cache"; do
         t=$(stat -c %Y "$d" 2>/dev/null) && [ "$t" -gt "$newest" ] && newest=$t
     done
+    if [ "$newest" = 0 ]; then
+        log "job $job: keeping $what: cannot tell when it last changed (gone meanwhile?)"
+        return
+    fi
     v=$(verdict "$(job_state "$job")" "$served" "$flush" $((($(date +%s) - newest) / 60)))
     if [ "${v%% *}" = keep ]; then
         log "job $job: keeping $what: ${v#keep }"
