@@ -109,6 +109,10 @@ runuser -u "$user" -- mkdir -p -m 0700 "$(dirname "$cntl")" "$cntl" ||
 rw=""
 for p in ${SCR_TRANSFERD_RW_PATHS:-/p/lustre/%u}; do
     rw="$rw -${p//%u/$user}"
+    # The site default (/p/lustre/%u) would otherwise show up only as
+    # failing flushes.
+    [ -e "${p//%u/$user}" ] ||
+        log "job $job: ${p//%u/$user} (SCR_TRANSFERD_RW_PATHS) does not exist on this node: the daemon cannot write there"
 done
 mkdir -p "$dropin" || fail "cannot create $dropin"
 {
