@@ -64,9 +64,10 @@ func exitStatus(t *testing.T, args ...string) (int, string) {
 }
 
 // TestUnitsDoNotRestartPermanentErrors: the daemon's exit status for each
-// permanent error (bad configuration, another daemon already serving the
-// transfer file, a control directory of another user) is one the units
-// never restart on, and every other failure is bounded by a start limit.
+// permanent error (another daemon already serving the transfer file, a
+// control directory of another user) is one the units never restart on,
+// never the status of a crash (2, also a bad configuration's), and every
+// other failure is bounded by a start limit.
 // The statuses are the real daemon's, provoked here.
 func TestUnitsDoNotRestartPermanentErrors(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -76,7 +77,12 @@ func TestUnitsDoNotRestartPermanentErrors(t *testing.T) {
 	transfer := filepath.Join(dir, "cntl", "transfer.scrinfo")
 	statuses := map[string]int{}
 
-	statuses["bad configuration"], _ = exitStatus(t, "--nice=99", transfer)
+	// A bad configuration exits 2, as a Go crash does (a panic, the dump
+	// after the watchdog's SIGABRT): it must restart, bounded by the start
+	// limit.
+	if code, _ := exitStatus(t, "--nice=99", transfer); code != 2 {
+		t.Errorf("bad configuration: exit status %d, want 2", code)
+	}
 
 	first := exec.Command(buildDaemon(t, ""), "--log-format=json", transfer)
 	if err := first.Start(); err != nil {
@@ -127,6 +133,9 @@ func TestUnitsDoNotRestartPermanentErrors(t *testing.T) {
 			if !slices.Contains(prevent, strconv.Itoa(code)) {
 				t.Errorf("%s: RestartPreventExitStatus=%v lacks %d (%s): systemd restarts it over and over", u.path, prevent, code, what)
 			}
+		}
+		if slices.Contains(prevent, "2") {
+			t.Errorf("%s: RestartPreventExitStatus=%v has 2, Go's exit status after a crash or the watchdog's SIGABRT: no restart after those", u.path, prevent)
 		}
 		if len(unit["StartLimitBurst"]) == 0 || len(unit["StartLimitIntervalSec"]) == 0 {
 			t.Errorf("%s: no StartLimitBurst= and StartLimitIntervalSec= in [Unit]: other failures restart for ever", u.path)

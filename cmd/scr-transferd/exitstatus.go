@@ -10,8 +10,10 @@ import (
 
 // Exit statuses of a daemon that cannot start. Service managers and job
 // scripts tell permanent failures apart by them: a restart cannot cure
-// exitUsage, exitServed or exitRefused (the units list them in
-// RestartPreventExitStatus=), while exitFailed may be transient.
+// exitServed or exitRefused (the units list them in
+// RestartPreventExitStatus=), while exitFailed may be transient. exitUsage
+// is permanent too, but Go's runtime exits 2 as well after a crash, which
+// must restart.
 const (
 	exitFailed  = 1 // any other reason it cannot start
 	exitUsage   = 2 // wrong command line or environment (bad configuration)

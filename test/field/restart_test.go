@@ -37,8 +37,8 @@ func failedForGood(t *testing.T, c *container, unit string, want int) map[string
 // cannot start for a reason a restart cannot cure (another daemon already
 // serves the transfer file; the control directory is another user's)
 // fails once and stays failed, instead of Restart=on-failure restarting it
-// every RestartSec= for the rest of the job; the unit's start limit bounds
-// every other failure.
+// every RestartSec= for the rest of the job; a bad configuration restarts
+// until the unit's start limit, and stays failed then.
 func TestSystemdUnitPermanentErrorStops(t *testing.T) {
 	t.Parallel()
 	c := nspawnContainer(t)
@@ -70,12 +70,34 @@ func TestSystemdUnitPermanentErrorStops(t *testing.T) {
 	}
 	failedForGood(t, c, k.unit, 4)
 
-	// Any other failure: bounded by the start limit.
-	p := c.show(t, k.unit, "StartLimitBurst", "StartLimitIntervalUSec")
-	if p["StartLimitBurst"] == "" || p["StartLimitBurst"] == "0" || p["StartLimitIntervalUSec"] == "0" {
-		t.Errorf("no start limit on the unit: %v", p)
+	// A bad configuration (exit status 2, as a crash's, which must
+	// restart): the start limit ends the restarts.
+	l := newUnitJob(t, c)
+	inst := strings.TrimSuffix(strings.TrimPrefix(l.unit, "scr-transferd@"), ".service")
+	env := c.path("/etc/scr-transferd/" + inst + ".env")
+	if err := os.WriteFile(env, []byte("SCR_TRANSFERD_OPTS=--nice=99\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(c.path("/etc/systemd/system/multi-user.target.wants/" + k.unit)); err == nil {
-		t.Errorf("the instance is enabled at boot")
+	t.Cleanup(func() { os.Remove(env) })
+	_, _ = c.try("systemctl", "start", l.unit)
+	burst := c.show(t, l.unit, "StartLimitBurst")["StartLimitBurst"]
+	deadline := time.Now().Add(unitTimeout)
+	for {
+		// Between restarts the unit is activating (auto-restart); failed
+		// is final.
+		p := c.show(t, l.unit, "ActiveState", "Result", "NRestarts")
+		if p["ActiveState"] == "failed" {
+			if p["NRestarts"] != burst {
+				t.Errorf("%s failed for good after %s restarts, want StartLimitBurst=%s: %v", l.unit, p["NRestarts"], burst, p)
+			}
+			if j := c.journal(t, l.unit); !strings.Contains(j, "Start request repeated too quickly") {
+				t.Errorf("the journal does not say the start limit was hit:\n%s", lastLines(j, 10))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s with a bad configuration did not reach its start limit within %v: %v", l.unit, unitTimeout, p)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the unit's state
 	}
 }
