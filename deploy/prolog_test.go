@@ -104,9 +104,16 @@ func TestPrologStartFailureDoesNotDrain(t *testing.T) {
 // with mode 0700, the drop-in names the user and the paths it may write.
 func TestPrologStartsTheUnit(t *testing.T) {
 	s := newSiteScript(t)
-	code, syslog := s.run(t, "slurm/prolog.sh", "SCR_TRANSFERD_RW_PATHS=/p/lustre/%u /p/scratch/%u")
+	pfs := filepath.Join(s.dir, "pfs")
+	mustMkdir(t, filepath.Join(pfs, s.user))
+	code, syslog := s.run(t, "slurm/prolog.sh", "SCR_TRANSFERD_RW_PATHS="+pfs+"/%u /p/scratch/%u")
 	if code != 0 || !strings.Contains(syslog, "started scr-transferd@") {
 		t.Fatalf("prolog: status %d, log %q", code, syslog)
+	}
+	// A write path missing on the node is said at once, not only by
+	// failing flushes; one that exists is not.
+	if !strings.Contains(syslog, "/p/scratch/"+s.user+" (SCR_TRANSFERD_RW_PATHS) does not exist") || strings.Contains(syslog, pfs+"/"+s.user+" (") {
+		t.Errorf("the log does not name exactly the missing write path: %q", syslog)
 	}
 	cntl := filepath.Join(s.shm, s.user, "scr.55")
 	st, err := os.Stat(cntl)
@@ -118,7 +125,7 @@ func TestPrologStartsTheUnit(t *testing.T) {
 		t.Fatalf("drop-ins: %v", confs)
 	}
 	b, _ := os.ReadFile(confs[0])
-	for _, want := range []string{"User=" + s.user, "ReadWritePaths=-/p/lustre/" + s.user + " -/p/scratch/" + s.user} {
+	for _, want := range []string{"User=" + s.user, "ReadWritePaths=-" + pfs + "/" + s.user + " -/p/scratch/" + s.user} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("drop-in lacks %q:\n%s", want, b)
 		}

@@ -110,8 +110,8 @@ rw=""
 for p in ${SCR_TRANSFERD_RW_PATHS:-/p/lustre/%u}; do
     rw="$rw -${p//%u/$user}"
     # The site default (/p/lustre/%u) would otherwise show up only as
-    # failing flushes.
-    [ -e "${p//%u/$user}" ] ||
+    # failing flushes. As the user: root may be squashed on the PFS.
+    runuser -u "$user" -- test -e "${p//%u/$user}" ||
         log "job $job: ${p//%u/$user} (SCR_TRANSFERD_RW_PATHS) does not exist on this node: the daemon cannot write there"
 done
 mkdir -p "$dropin" || fail "cannot create $dropin"
