@@ -48,7 +48,11 @@ Drive and watch it with scr-ctl:
 			{Title: "Exit status", Body: `  0   COMMAND EXIT obeyed, or SIGTERM or SIGINT (STATE EXITING recorded)
   1   could not start: the transfer file, its directory or the instance
       lock is unusable (the log says which)
-  2   the command line is wrong`},
+  2   the command line or the environment is wrong
+  3   another daemon already serves TRANSFERFILE (not restarted by the
+      shipped units)
+  4   permission denied, or the control directory refused (not restarted
+      by the shipped units)`},
 			{Title: "See also", Body: "scr-ctl(1); the README and deploy/systemd/README.md of scr-transferd."},
 		},
 	}

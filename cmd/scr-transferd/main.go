@@ -207,7 +207,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	svc.stopping()
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
-		return 1
+		return startFailureStatus(err)
 	}
 	return 0
 }
