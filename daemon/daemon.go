@@ -134,6 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.TransferFile = path
 	cfg.Flush.VerifyAfter = cfg.Verify.after()
+	cfg.Flush.Owner = partialOwner(path)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("control directory of %s: %w", path, err)
 	}

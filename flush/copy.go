@@ -86,6 +86,11 @@ type Options struct {
 	// SyncEach makes a Batch fsync each of its files, as a lone copy does,
 	// instead of one syncfs per local file system (see Batch).
 	SyncEach bool
+	// Owner names who the partial copies are written for: the daemon sets
+	// the host and the transfer file it serves. A digest of it is kept in
+	// each partial copy's record, and a partial copy of another owner is
+	// never written, emptied, resumed or removed (ErrPartialForeign).
+	Owner string
 }
 
 // Job is one file to copy, as the transfer file describes it.
@@ -144,6 +149,8 @@ type Result struct {
 type Copier struct {
 	t      *Throttle
 	o      Options
+	owner  string // ownerDigest(o.Owner)
+	mode   uint32 // the mode a published copy gets: 0666 less the umask
 	buf    []byte
 	timer  *time.Timer
 	work   Work    // the throttle's account of the copy under way
@@ -158,7 +165,8 @@ func NewCopier(t *Throttle, o Options) *Copier {
 	o = o.WithDefaults()
 	tm := time.NewTimer(time.Hour)
 	tm.Stop()
-	return &Copier{t: t, o: o, buf: make([]byte, o.BufSize), timer: tm}
+	return &Copier{t: t, o: o, owner: ownerDigest(o.Owner), mode: 0o666 &^ processUmask(),
+		buf: make([]byte, o.BufSize), timer: tm}
 }
 
 // WithDefaults returns o with each unset field set to its default and
@@ -262,7 +270,8 @@ type run struct {
 	dirNames      dirNames // dir's entries as its Batch listed them, nil if unknown
 	dirBorrowed   bool     // dir is the Batch's, not closed with the copy
 	anon          bool     // the partial copy has no name yet (see createAnon)
-	identity      bool     // the source's identity is recorded on the partial copy
+	recorded      bool     // rec is kept on the partial copy (see partialRecord)
+	rec           partialRecord
 	dirsPending   bool     // directory entries not yet fsynced
 	newDirParents []string // parents of directories this copy created
 }
@@ -527,7 +536,7 @@ func (r *run) openTemp() error {
 // the reason when the partial copy cannot be resumed.
 func (r *run) resume() (ok bool, why string, err error) {
 	w := r.job.Written
-	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_NOFOLLOW, 0)
+	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return false, fmt.Sprintf("partial copy %s is missing", r.tmpPath), nil
 	}
@@ -546,34 +555,36 @@ func (r *run) resume() (ok bool, why string, err error) {
 		return false, "", fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(st.Mode))
 	}
 	r.tmpStat = st
-	// The bytes of the partial copy are the source's only if the source is
-	// still the file they were read from, which no daemon may have watched.
-	switch rec, ok := recordedIdentity(fd); {
-	case !ok:
+	rec, why, err := r.resumable(&st)
+	if err != nil || why != "" {
 		_ = r.closeTemp()
-		return false, fmt.Sprintf("partial copy %s carries no record of the source it was read from", r.tmpPath), nil
-	case rec != r.srcID.record():
-		_ = r.closeTemp()
-		return false, fmt.Sprintf("the source changed since partial copy %s was written (it is now %s)", r.tmpPath, r.srcID), nil
-	}
-	r.identity = true
-	if st.Size < w {
-		_ = r.closeTemp()
-		return false, fmt.Sprintf("partial copy %s holds %d bytes, fewer than WRITTEN %d", r.tmpPath, st.Size, w), nil
-	}
-	if st.Size > w {
-		if err := ftruncate(fd, w); err != nil {
-			return false, "", osErr(r.dstName(), "cannot truncate partial copy "+r.tmpPath, err)
-		}
+		return false, why, err
 	}
 	r.tempSize, r.pos, r.kicked, r.dropped = w, w, w, w
-	r.res.Written = w
-	// The CRC of the prefix: from the source when the copy is to be verified
-	// against it, else from the partial copy itself.
+	// The bytes before WRITTEN must be the ones the last commit made
+	// durable: their CRC32 is read from the partial copy and compared with
+	// the record. With a check of the source, the CRC32 the copy goes on
+	// with is the source's, as the check reads the source's prefix anyway.
+	// (A record of a later commit than WRITTEN, from a crash between the
+	// two, vouches for its own length: checked there, resumed at WRITTEN.)
+	who := r.dstName() + ": partial copy " + r.tmpPath
+	got, err := r.crcOf(fd, &segmenter{fd: fd}, rec.written, who, nil)
+	if err != nil {
+		return false, "", err
+	}
+	if got != rec.crc {
+		_ = r.closeTemp()
+		return false, fmt.Sprintf("partial copy %s was written by someone else since the last commit: its first %d bytes have CRC32 %#08x, %#08x when committed",
+			r.tmpPath, rec.written, got, rec.crc), nil
+	}
+	if rec.written != w {
+		if got, err = r.crcOf(fd, &segmenter{fd: fd}, w, who, nil); err != nil {
+			return false, "", err
+		}
+	}
+	r.crc = got
 	if r.c.o.VerifyAfter || r.check != nil {
 		r.crc, err = r.crcOf(r.src, &r.seg, w, r.srcName(), r.check)
-	} else {
-		r.crc, err = r.crcOf(fd, &segmenter{fd: fd}, w, r.dstName()+": partial copy "+r.tmpPath, nil)
 	}
 	if rf := (*refusal)(nil); errors.As(err, &rf) {
 		return false, "", r.refuse(rf.err)
@@ -581,9 +592,53 @@ func (r *run) resume() (ok bool, why string, err error) {
 	if err != nil {
 		return false, "", err
 	}
+	if st.Size > w {
+		if err := ftruncate(fd, w); err != nil {
+			return false, "", osErr(r.dstName(), "cannot truncate partial copy "+r.tmpPath, err)
+		}
+	}
+	// A token of this copy's own from here on: the copy that wrote the
+	// bytes before is over.
+	r.rec = partialRecord{owner: r.c.owner, token: newToken(), src: r.srcID.record(), ino: st.Ino, written: w, crc: r.crc}
+	if r.recorded = writeRecord(fd, r.rec); !r.recorded {
+		_ = r.closeTemp()
+		return false, fmt.Sprintf("partial copy %s cannot keep its record", r.tmpPath), nil
+	}
+	r.res.Written = w
 	r.crcPos = w
 	r.lastSync = time.Now()
 	return true, "", nil
+}
+
+// resumable returns the record of the partial copy open at r.tmp (whose
+// status is st), or why it cannot be resumed at job.Written: a copy that
+// no daemon watched may have been written by others meanwhile. A partial
+// copy of another owner is no reason to start again: it is not this
+// copy's to empty (ErrPartialForeign).
+func (r *run) resumable(st *unix.Stat_t) (partialRecord, string, error) {
+	w := r.job.Written
+	rec, ok, err := readRecord(r.tmp)
+	switch {
+	case err != nil:
+		return rec, fmt.Sprintf("partial copy %s carries a record that does not decode (%v)", r.tmpPath, err), nil
+	case !ok:
+		return rec, fmt.Sprintf("partial copy %s carries no record of the source it was read from", r.tmpPath), nil
+	case rec.owner != r.c.owner:
+		return rec, "", fmt.Errorf("%s: partial copy %s: %w; left alone, will try again", r.dstName(), r.tmpPath, ErrPartialForeign)
+	case rec.src != r.srcID.record():
+		return rec, fmt.Sprintf("the source changed since partial copy %s was written (it is now %s)", r.tmpPath, r.srcID), nil
+	case rec.ino != st.Ino:
+		return rec, fmt.Sprintf("partial copy %s is another file (inode %d) than the one committed (inode %d): replaced", r.tmpPath, st.Ino, rec.ino), nil
+	case st.Uid != uint32(unix.Geteuid()) || st.Mode&0o077 != 0:
+		return rec, fmt.Sprintf("partial copy %s could be written by others (owner %d, mode %#o)", r.tmpPath, st.Uid, st.Mode&0o7777), nil
+	case st.Size < w:
+		return rec, fmt.Sprintf("partial copy %s holds %d bytes, fewer than WRITTEN %d", r.tmpPath, st.Size, w), nil
+	case rec.written < w:
+		return rec, fmt.Sprintf("partial copy %s was last committed at %d bytes, fewer than WRITTEN %d", r.tmpPath, rec.written, w), nil
+	case st.Size < rec.written:
+		return rec, fmt.Sprintf("partial copy %s holds %d bytes, fewer than the %d of its last commit", r.tmpPath, st.Size, rec.written), nil
+	}
+	return rec, "", nil
 }
 
 // createTemp creates (or empties) the partial copy and its directories.
@@ -600,20 +655,19 @@ func (r *run) createTemp() error {
 		// copy that recorded no progress (a lone copy, or one killed before
 		// its rename over DESTINATION): it is reclaimed here, as a named
 		// copy from 0 would reclaim it, or it would outlive the flush.
+		// One of another owner is left alone: an unnamed copy needs the
+		// name only if DESTINATION exists (see nameAnon).
 		if r.anon && r.dirNames.mayHave(r.tmpName) {
-			if err := r.removeStalePartial(); err != nil {
+			if err := r.removeStalePartial(); err != nil && !errors.Is(err, ErrPartialForeign) {
 				_ = unix.Close(fd)
 				return err
 			}
 		}
 	}
 	if !r.anon {
-		// Not O_TRUNC: a partial copy another process holds locked must
-		// not be touched, so it is emptied only once its lock is taken.
 		var err error
-		fd, err = openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW, 0o666)
-		if err != nil {
-			return osErr(r.dstName(), "cannot create partial copy "+r.tmpPath, err)
+		if fd, err = r.createNamed(); err != nil {
+			return err
 		}
 	}
 	r.tmp = fd
@@ -628,32 +682,41 @@ func (r *run) createTemp() error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(st.Mode))
-	}
-	if st.Size > 0 {
-		if err := ftruncate(fd, 0); err != nil {
-			return osErr(r.dstName(), "cannot empty partial copy "+r.tmpPath, err)
-		}
-	}
 	r.tmpStat = st
-	switch {
-	case r.job.Batch == nil:
-		recordIdentity(fd, r.srcID)
-		r.identity = true
-	case r.anon:
-		// New, and never resumed: it carries no identity.
-	default:
-		// Recorded before the first commit of partial progress, if any: a
-		// small file of a batch usually has none, and its partial copy is
-		// never resumed from 0.
-		dropIdentity(fd)
+	if !r.anon {
+		// New, and never resumed while unnamed: an unnamed copy carries
+		// no record; a named one carries its owner and token from the
+		// start, so that no other writer takes it for a stale one.
+		r.rec = partialRecord{owner: r.c.owner, token: newToken(), src: r.srcID.record(), ino: st.Ino}
+		r.recorded = writeRecord(fd, r.rec)
 	}
 	r.dirsPending = true
 	r.tempSize, r.pos, r.crc, r.crcPos, r.kicked, r.dropped = 0, 0, 0, 0, 0, 0
 	r.res.Written = 0
 	r.lastSync = time.Now()
 	return nil
+}
+
+// createNamed creates the named partial copy, 0600 (the final mode is
+// given when it is published), and only as a new file (O_EXCL): a file
+// found at the name is never emptied or written, since where file locks
+// are node-local or missing its writer may be at work on another node.
+// One of this owner's, or one without a record, that no writer holds
+// locked is removed and the name taken afresh; one of another owner is
+// left alone (ErrPartialForeign).
+func (r *run) createNamed() (int, error) {
+	for tries := 0; ; tries++ {
+		fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		if err == nil {
+			return fd, nil
+		}
+		if !errors.Is(err, unix.EEXIST) || tries == 2 {
+			return -1, osErr(r.dstName(), "cannot create partial copy "+r.tmpPath, err)
+		}
+		if err := r.removeStalePartial(); err != nil {
+			return -1, err
+		}
+	}
 }
 
 // copyData copies the data ranges of [pos,Size), committing batches.
@@ -732,12 +795,17 @@ func (r *run) copyData() error {
 
 // syncCommit makes [0,pos) durable and commits pos.
 func (r *run) syncCommit() error {
-	if !r.identity {
-		recordIdentity(r.tmp, r.srcID)
-		r.identity = true
-	}
 	if err := r.syncTemp(r.pos); err != nil {
 		return err
+	}
+	if err := r.checkToken(); err != nil {
+		return err
+	}
+	if r.recorded {
+		// After the fsync: the record never describes bytes that are not
+		// durable. A record lost in a crash makes the resume start from 0.
+		r.rec.written, r.rec.crc = r.pos, r.crc
+		r.recorded = writeRecord(r.tmp, r.rec)
 	}
 	if err := r.syncDirs(); err != nil {
 		return err
@@ -754,6 +822,46 @@ func (r *run) syncCommit() error {
 	r.res.Written = r.pos
 	if err := r.commit(r.pos, r.crc); err != nil {
 		return fmt.Errorf("%s: recording %d bytes durable: %w", r.srcName(), r.pos, err)
+	}
+	return nil
+}
+
+// checkToken fails unless the partial copy still carries the record this
+// copy last wrote on it: a writer that took the file over (where locks are
+// node-local or missing, another node's daemon serving the same
+// DESTINATION) writes its own record with its own token, so the bytes are
+// not claimed. Without a record (no user extended attributes) there is
+// nothing to check: the creation with O_EXCL and the checks of the name
+// are then the only defence (see docs).
+func (r *run) checkToken() error {
+	if !r.recorded {
+		return nil
+	}
+	if hasRecord(r.tmp, r.rec) {
+		return nil
+	}
+	rec, ok, err := readRecord(r.tmp)
+	detail := "it carries no record now"
+	if ok {
+		detail = fmt.Sprintf("its record is another writer's (token %s, not %s)", rec.token, r.rec.token)
+	} else if err != nil {
+		detail = err.Error()
+	}
+	// The file is someone else's now: not removed, only left.
+	_ = r.closeTemp()
+	r.forget()
+	return fmt.Errorf("%s: %w: partial copy %s: %s; nothing of it is claimed", r.dstName(), ErrPartialTaken, r.tmpPath, detail)
+}
+
+// finalMode gives the partial copy, created 0600 so that only the daemon
+// writes it, the mode of a file created under the process's umask, just
+// before it is published.
+func (r *run) finalMode() error {
+	if r.tmpStat.Mode&0o7777 == r.c.mode {
+		return nil
+	}
+	if err := retry(func() error { return unix.Fchmod(r.tmp, r.c.mode) }); err != nil {
+		return osErr(r.dstName(), "cannot set the mode of partial copy "+r.tmpPath, err)
 	}
 	return nil
 }
@@ -1046,7 +1154,13 @@ func (r *run) place() error {
 		if err := r.checkTempPlace(); err != nil {
 			return err
 		}
-		if r.identity {
+		if err := r.checkToken(); err != nil {
+			return err
+		}
+		if err := r.finalMode(); err != nil {
+			return err
+		}
+		if r.recorded {
 			dropIdentity(r.tmp)
 		}
 		if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {

@@ -58,10 +58,14 @@ func Partials(dir, root string) ([]string, error) {
 
 // RemovePartial removes the partial copy at path (which must have a partial
 // copy's name), resolved beneath root when root is set, unless another
-// process holds its lock: then it returns an error wrapping
-// ErrPartialLocked and leaves it. It reports whether it removed a file; a
+// process holds its lock (an error wrapping ErrPartialLocked) or its
+// record says it was written for another owner than owner (see
+// Options.Owner; an error wrapping ErrPartialForeign): then it is left.
+// One without a record (written before records were kept, or where the
+// file system keeps no extended attributes) has no known owner and is
+// removed when unlocked. It reports whether it removed a file; a
 // missing one is no error.
-func RemovePartial(path, root string) (bool, error) {
+func RemovePartial(path, root, owner string) (bool, error) {
 	if !IsPartialName(path) {
 		return false, fmt.Errorf("%s: %w: not a partial copy's name", path, ErrInvalidJob)
 	}
@@ -92,6 +96,9 @@ func RemovePartial(path, root string) (bool, error) {
 		}
 		return false, osErr("partial copy "+path, "cannot lock", err)
 	}
+	if err := partialOwnedBy(fd, ownerDigest(owner)); err != nil {
+		return false, fmt.Errorf("partial copy %s: %w", path, err)
+	}
 	// Remove the name only while it still leads to the file locked here.
 	var now unix.Stat_t
 	if err := unix.Fstatat(dirFD, base, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&now, &st) {
@@ -104,4 +111,16 @@ func RemovePartial(path, root string) (bool, error) {
 		return false, osErr("partial copy "+path, "cannot remove", err)
 	}
 	return true, nil
+}
+
+// partialOwnedBy returns an error wrapping ErrPartialForeign when the
+// partial copy open at fd carries a record of another owner than the
+// digest owner; one without a record, or whose record does not decode,
+// has no owner to respect.
+func partialOwnedBy(fd int, owner string) error {
+	rec, ok, _ := readRecord(fd)
+	if ok && rec.owner != owner {
+		return fmt.Errorf("%w (record %s); left alone", ErrPartialForeign, rec.encode())
+	}
+	return nil
 }
