@@ -114,6 +114,11 @@ func (r *run) linkAnon() error {
 	if err := r.nameAnon(); err != nil {
 		return err
 	}
+	// Replacing a file is not undone: the directory is checked again
+	// right before.
+	if err := r.checkDirPlace(); err != nil {
+		return err
+	}
 	if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
 		return r.renameFailed(err)
 	}

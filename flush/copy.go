@@ -268,6 +268,9 @@ type run struct {
 	dropped  int64 // page cache dropped up to here
 
 	dirNames      dirNames // dir's entries as its Batch listed them, nil if unknown
+	dirDev        uint64   // dir as its Batch opened it (dirIno 0 for a lone copy)
+	dirIno        uint64
+	dirPlace      place // DESTINATION's directory, looked up afresh before an unnamed copy is linked
 	dirBorrowed   bool     // dir is the Batch's, not closed with the copy
 	anon          bool     // the partial copy has no name yet (see createAnon)
 	recorded      bool     // rec is kept on the partial copy (see partialRecord)
@@ -307,6 +310,11 @@ func (r *run) do() error {
 	}
 	if r.dstPlace, err = newPlace(r.dst, job.DstRoot); err != nil {
 		return fmt.Errorf("%s: %w", r.dstName(), err)
+	}
+	if job.Batch != nil {
+		if r.dirPlace, err = newPlace(filepath.Dir(r.dst), job.DstRoot); err != nil {
+			return fmt.Errorf("%s: %w", r.dstName(), err)
+		}
 	}
 	if job.Ranges != nil {
 		rs, err := normalizeRanges(r.c.ranges, job.Ranges, job.Size)
@@ -482,11 +490,11 @@ func (r *run) openTemp() error {
 	if b := r.job.Batch; b != nil {
 		// The Batch's, opened once for all its copies to that directory;
 		// the Batch makes the new directories durable.
-		dir, names, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
+		d, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
 		if err != nil {
 			return err
 		}
-		r.dir, r.dirBorrowed, r.dirNames = dir, true, names
+		r.dir, r.dirBorrowed, r.dirNames, r.dirDev, r.dirIno = d.fd, true, d.names, d.dev, d.ino
 	} else {
 		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
 		if err != nil {
@@ -1142,8 +1150,12 @@ func (r *run) publish() error {
 // name is still ours and still where DESTINATION leads.
 func (r *run) place() error {
 	if r.anon {
-		// Nothing can have removed, replaced or moved a file without a
-		// name; where DESTINATION leads is checked afterwards.
+		// Nothing can have removed or replaced a file without a name, but
+		// its directory may have moved: the link, and a rename over a file
+		// kept there, would land in the moved directory.
+		if err := r.checkDirPlace(); err != nil {
+			return err
+		}
 		if err := r.linkAnon(); err != nil {
 			return err
 		}
@@ -1169,6 +1181,25 @@ func (r *run) place() error {
 	}
 	r.dirsPending = true
 	return nil
+}
+
+// checkDirPlace fails unless DESTINATION's directory, looked up afresh
+// (from the root when confined), is still the directory the Batch opened
+// and the copy was made in: the check checkTempPlace makes for a named
+// partial copy, for an unnamed one, before it is linked. An unnamed copy
+// that fails it leaves nothing behind.
+func (r *run) checkDirPlace() error {
+	var st unix.Stat_t
+	err := r.dirPlace.stat(&st)
+	if err == nil && st.Dev == r.dirDev && st.Ino == r.dirIno {
+		return nil
+	}
+	detail := "leads to another directory"
+	if err != nil {
+		detail = fmt.Sprintf("cannot be looked up (%v)", err)
+	}
+	return fmt.Errorf("%s: %w: %s %s than the one the copy was made in; nothing was linked%s",
+		r.dstName(), ErrDestinationMoved, r.dirPlace.path, detail, r.discardTemp())
 }
 
 // checkPlaced makes sure that DESTINATION, resolved afresh (from the root
