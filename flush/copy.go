@@ -271,9 +271,9 @@ type run struct {
 	dirDev        uint64   // dir as its Batch opened it (dirIno 0 for a lone copy)
 	dirIno        uint64
 	dirPlace      place // DESTINATION's directory, looked up afresh before an unnamed copy is linked
-	dirBorrowed   bool     // dir is the Batch's, not closed with the copy
-	anon          bool     // the partial copy has no name yet (see createAnon)
-	recorded      bool     // rec is kept on the partial copy (see partialRecord)
+	dirBorrowed   bool  // dir is the Batch's, not closed with the copy
+	anon          bool  // the partial copy has no name yet (see createAnon)
+	recorded      bool  // rec is kept on the partial copy (see partialRecord)
 	rec           partialRecord
 	dirsPending   bool     // directory entries not yet fsynced
 	newDirParents []string // parents of directories this copy created
