@@ -806,6 +806,12 @@ func (r *run) syncCommit() error {
 	if err := r.syncTemp(r.pos); err != nil {
 		return err
 	}
+	return r.commitSynced()
+}
+
+// commitSynced commits pos, made durable, once sure the bytes are this
+// copy's, at DESTINATION's partial-copy path, read from the source.
+func (r *run) commitSynced() error {
 	if err := r.checkToken(); err != nil {
 		return err
 	}
@@ -1022,13 +1028,56 @@ func (r *run) syncDirs() error {
 	return nil
 }
 
-// saveProgress commits what has been copied when a copy is interrupted.
+// stopSyncWait bounds how long an interrupted copy waits for the fsync of
+// what it copied since its last commit. On a slow destination that fsync
+// may write tens of MiB (up to SyncBytes) for tens of seconds, while the
+// library waits for STOPPED (SCR_Finalize sends STOP and waits): past the
+// bound, what was committed stands and the unsynced tail is not claimed.
+const stopSyncWait = time.Second
+
+// saveProgress commits what has been copied when a copy is interrupted,
+// if it can be made durable within stopSyncWait.
 func (r *run) saveProgress() error {
 	// An unnamed partial copy cannot be resumed: its bytes go with it.
 	if r.tmp < 0 || r.anon || r.pos <= r.res.Written || r.pos >= r.job.Size {
 		return nil
 	}
-	return r.syncCommit()
+	if err := r.extendTemp(r.pos); err != nil {
+		return err
+	}
+	synced, err := r.syncWithin(stopSyncWait)
+	if err != nil || !synced {
+		return err
+	}
+	return r.commitSynced()
+}
+
+// syncWithin fsyncs the partial copy, waiting at most d. It reports false
+// when the fsync takes longer: it goes on in the background, and the
+// partial copy's descriptor (with its lock) is closed once it returns;
+// the copy has no partial copy open any more.
+func (r *run) syncWithin(d time.Duration) (bool, error) {
+	fd := r.tmp
+	done := make(chan error, 1)
+	go func() { done <- fsync(fd) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return false, osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, err)
+		}
+		r.unsynced, r.lastSync = 0, time.Now()
+		r.dropCache()
+		return true, nil
+	case <-t.C:
+		r.tmp = -1
+		go func() {
+			<-done
+			_ = unix.Close(fd)
+		}()
+		return false, nil
+	}
 }
 
 // finish completes the partial copy, verifies it if asked, publishes it
