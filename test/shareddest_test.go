@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/fusetest"
@@ -88,17 +87,5 @@ func TestSharedDestinationAcrossNodes(t *testing.T) {
 			v := b.waitFor("B DONE", 3*settle, done)
 			checkFlushed(t, v, map[string][]byte{srcB: dataB})
 		})
-	}
-}
-
-// waitUntil polls cond until it holds, failing after timeout.
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
