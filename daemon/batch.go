@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -92,6 +94,48 @@ func batchFiles() int {
 		return maxBatchFiles
 	}
 	return int(min(maxBatchFiles, max(16, (int64(lim.Cur)-256)/4)))
+}
+
+// Descriptors a batch needs besides its held copies' (see planDescriptors).
+const (
+	// fdsPerStream: a stream's copy in flight holds its source, its
+	// partial copy, perhaps a directory and a duplicate of the source for
+	// its check, and a confined lookup opens two more for a moment.
+	fdsPerStream = 6
+	// fdsReserve: the rest of the daemon (the transfer file and its lock
+	// while read or updated, the watch, the notify socket, a listing of a
+	// directory) and the lookups of a group being published, up to four
+	// at once, two descriptors each.
+	fdsReserve = 16
+)
+
+// descriptorPlan returns how many streams a batch runs and how many
+// descriptors each of its groups may keep open when two are held at once
+// (twice as many when one is), given the soft RLIMIT_NOFILE limit, the
+// descriptors open already and the streams configured: at least one
+// stream, and room for one file and its directory in a group. With a
+// directory per file and a low limit (32: 1411 files of a flush went
+// through an ERROR, "too many open files") a group's descriptors are
+// mostly directories; a group then closes early rather than failing.
+func descriptorPlan(limit, inUse, streams int) (int, int) {
+	avail := limit - inUse - fdsReserve
+	s := max(1, min(streams, (avail-4)/fdsPerStream))
+	return s, max(2, (avail-s*fdsPerStream)/2)
+}
+
+// planDescriptors sets the streams and the descriptors a batch's groups
+// may hold (descriptorPlan) from the soft RLIMIT_NOFILE and the
+// descriptors open now; nothing where the limit is unknown or huge.
+func (d *daemon) planDescriptors() {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > 1<<24 {
+		return
+	}
+	open, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	d.streams, d.groupFDs = descriptorPlan(int(lim.Cur), len(open), len(d.copiers))
 }
 
 // groupFiles is the most files a group takes when held groups are held at
@@ -185,17 +229,34 @@ type group struct {
 }
 
 // groupEnds returns where each group of subs ends: a group closes once it
-// holds SyncBytes, or files files.
-func (d *daemon) groupEnds(subs []*job, files int) []int {
+// holds SyncBytes, or files files, or before its held copies would keep
+// more than fds descriptors open (0: no bound): one per partial copy, and
+// one per directory the Batch opens for them.
+func (d *daemon) groupEnds(subs []*job, files, fds int) []int {
 	var ends []int
 	var bytes int64
-	n := 0
+	n, used := 0, 0
+	dirs := map[string]bool{}
 	for i, sub := range subs {
+		dir := filepath.Dir(filepath.Clean(sub.file.Dest))
+		cost := 1
+		if !dirs[dir] {
+			cost++
+		}
+		if fds > 0 && n > 0 && used+cost > fds {
+			ends = append(ends, i)
+			bytes, n, used = 0, 0, 0
+			clear(dirs)
+			cost = 2
+		}
+		dirs[dir] = true
 		bytes += sub.file.Size - min(sub.file.Written, sub.file.Size)
 		n++
+		used += cost
 		if bytes >= d.cfg.Flush.SyncBytes || n == files {
 			ends = append(ends, i+1)
-			bytes, n = 0, 0
+			bytes, n, used = 0, 0, 0
+			clear(dirs)
 		}
 	}
 	if n > 0 {
@@ -221,7 +282,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		held = 2
 		wb = flush.NewWriteback()
 	}
-	ends := d.groupEnds(j.subs, d.groupFiles(held))
+	ends := d.groupEnds(j.subs, d.groupFiles(held), d.groupFDs*(3-held))
 	// The copies the batch publishes are recorded, and the progress of a
 	// copy interrupted is saved, even once ctx ends, if the lock comes
 	// within the grace (see commitGrace): one for the batch's records and
@@ -319,7 +380,11 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		return next - 1, cur
 	}
 	var wg sync.WaitGroup
-	for _, c := range d.copiers[:min(len(d.copiers), len(j.subs))] {
+	streams := len(d.copiers)
+	if d.streams > 0 {
+		streams = min(streams, d.streams)
+	}
+	for _, c := range d.copiers[:min(streams, len(j.subs))] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -65,6 +65,8 @@ type daemon struct {
 	limits       *limits               // BW and PERCENT last applied, nil before the first
 	throttled    uint64                // throttle pauses already logged
 	batchFiles   int                   // the most files a batch takes (batchFiles)
+	streams      int                   // streams a batch may run, 0: as many as copiers (planDescriptors)
+	groupFDs     int                   // descriptors a batch's group may hold, 0: unbounded (planDescriptors)
 	others       uint64                // store.Others() when the loop last read the file
 	refused      []error               // why each entry of view is refused (readView), nil where it is not
 	memSize      int                   // transfer file size the memory limit was set for (memory.go)
@@ -189,6 +191,7 @@ func Run(ctx context.Context, cfg Config) error {
 	for len(d.copiers) < cfg.Streams {
 		d.copiers = append(d.copiers, flush.NewCopier(th, cfg.Flush))
 	}
+	d.planDescriptors()
 	if d.beat == nil {
 		d.beat = NewHeartbeat(0)
 	}
