@@ -170,6 +170,7 @@ func (d *daemon) startBatch(files []transfer.File) {
 	for i, f := range files {
 		sub := &subs[i]
 		sub.file, sub.cancel, sub.from, sub.quiet = f, cancel, f.Written, len(files) > batchLogFiles
+		sub.reuse = d.published[f.Src]
 		sub.durable.Store(f.Written)
 		j.subs[i] = sub
 	}
@@ -549,9 +550,16 @@ func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, result
 		}
 	}
 	for _, g := range gs {
-		d.log.Debug("batch recorded", zap.Int("group", g.index), zap.Int("files", g.end-g.first),
+		fields := []zap.Field{zap.Int("group", g.index), zap.Int("files", g.end-g.first),
 			zap.Duration("copy", g.copied.Sub(g.opened)), zap.Duration("sync", g.durable.Sub(g.copied)),
-			zap.Duration("record", time.Since(g.durable)))
+			zap.Duration("record", time.Since(g.durable))}
+		if err != nil {
+			// The copies stay published; the next attempt records them
+			// without copying them again (unrecorded.go).
+			d.log.Debug("batch published but not recorded", append(fields, zap.Error(err))...)
+			continue
+		}
+		d.log.Debug("batch recorded", fields...)
 	}
 	for i, r := range done {
 		switch {
@@ -561,6 +569,7 @@ func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, result
 			if stored[i] {
 				r.job.durable.Store(prevs[i])
 			}
+			r.job.unrecorded = noteUnrecorded(r.job.file, r.res.CRC, r.warnings)
 			r.res.Complete, r.err = false, fmt.Errorf("recording WRITTEN %d: %w", r.job.file.Size, err)
 		default:
 			if f := r.job.file; f.Size > prevs[i] {

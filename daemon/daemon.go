@@ -49,11 +49,12 @@ type daemon struct {
 	lockSince atomic.Int64    // unix ns since when an access waits for the transfer-file lock; 0 if none
 	statusMu  sync.Mutex      // guards lastShown: the lock-wait hook reports from either goroutine
 	problems  map[string]bool
-	stale     map[string]bool   // partial copies to remove (litter.go)
-	swept     bool              // leftover partial copies looked for at start
-	warned    map[string]string // WARNING last logged, by source path
-	retries   map[string]*retry // by source path
-	job       *job              // copy under way, nil when idle
+	stale     map[string]bool        // partial copies to remove (litter.go)
+	published map[string]*unrecorded // by source path: published, not recorded (unrecorded.go)
+	swept     bool                   // leftover partial copies looked for at start
+	warned    map[string]string      // WARNING last logged, by source path
+	retries   map[string]*retry      // by source path
+	job       *job                   // copy under way, nil when idle
 	beat      *Heartbeat
 	results   chan result
 	lastOK    time.Time
@@ -105,6 +106,10 @@ type job struct {
 	grace context.Context
 	// quiet: a file of a batch logged as a whole; its own lines are debug.
 	quiet bool
+	// reuse: the file's copy was published before and only its record
+	// failed (set by the loop); unrecorded: this copy was published and
+	// its record failed (set by the worker). See unrecorded.go.
+	reuse, unrecorded *unrecorded
 }
 
 // level is the level of the lines about j's file: info, debug for a file
@@ -172,19 +177,20 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	th := flush.NewThrottle()
 	d := &daemon{
-		ctx:      ctx,
-		beat:     cfg.Heartbeat,
-		cfg:      cfg,
-		log:      cfg.Log,
-		store:    store,
-		throttle: th,
-		copier:   flush.NewCopier(th, cfg.Flush),
-		problems: map[string]bool{},
-		stale:    map[string]bool{},
-		warned:   map[string]string{},
-		retries:  map[string]*retry{},
-		rand:     rand.Float64,
-		results:  make(chan result, 1),
+		ctx:       ctx,
+		beat:      cfg.Heartbeat,
+		cfg:       cfg,
+		log:       cfg.Log,
+		store:     store,
+		throttle:  th,
+		copier:    flush.NewCopier(th, cfg.Flush),
+		problems:  map[string]bool{},
+		stale:     map[string]bool{},
+		published: map[string]*unrecorded{},
+		warned:    map[string]string{},
+		retries:   map[string]*retry{},
+		rand:      rand.Float64,
+		results:   make(chan result, 1),
 	}
 	d.batchFiles = batchFiles()
 	d.copiers = []*flush.Copier{d.copier}
@@ -800,7 +806,7 @@ func stillWanted(g *transfer.File, j *job) string {
 
 func (d *daemon) start(f transfer.File) {
 	ctx, cancel := context.WithCancel(context.Background())
-	j := &job{file: f, cancel: cancel, started: time.Now(), from: f.Written}
+	j := &job{file: f, cancel: cancel, started: time.Now(), from: f.Written, reuse: d.published[f.Src]}
 	j.durable.Store(f.Written)
 	d.job = j
 	d.beat.workerStart()
@@ -887,11 +893,17 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		}
 		return nil
 	}
+	if res, ok, err := recordOnly(j, commit); ok {
+		return res, j.reuse.warnings, err
+	}
 	c := d.copier
 	if j.copier != nil {
 		c = j.copier
 	}
 	res, err := c.Copy(ctx, fj, commit)
+	if res.Complete && err != nil {
+		j.unrecorded = noteUnrecorded(f, res.CRC, v.warnings())
+	}
 	return res, v.warnings(), err
 }
 
@@ -920,6 +932,11 @@ func (d *daemon) finish(r result) {
 	}
 	f := r.job.file
 	var we *hashfile.WriteError
+	if r.err == nil || r.job.unrecorded == nil {
+		delete(d.published, f.Src)
+	} else {
+		d.published[f.Src] = r.job.unrecorded
+	}
 	if r.res.Restarted != "" {
 		d.log.Warn("resume impossible; copied from the start", zap.String("src", f.Src), zap.String("reason", r.res.Restarted))
 	}
