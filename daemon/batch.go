@@ -498,6 +498,23 @@ func recordable(syncing <-chan *group, copiesOver <-chan struct{}) <-chan []*gro
 	return out
 }
 
+// logGroups logs, at debug, the record of groups gs, failed with err if
+// not nil.
+func (d *daemon) logGroups(gs []*group, err error) {
+	for _, g := range gs {
+		fields := []zap.Field{zap.Int("group", g.index), zap.Int("files", g.end-g.first),
+			zap.Duration("copy", g.copied.Sub(g.opened)), zap.Duration("sync", g.durable.Sub(g.copied)),
+			zap.Duration("record", time.Since(g.durable))}
+		if err != nil {
+			// The copies stay published; the next attempt records them
+			// without copying them again (unrecorded.go).
+			d.log.Debug("batch published but not recorded", append(fields, zap.Error(err))...)
+			continue
+		}
+		d.log.Debug("batch recorded", fields...)
+	}
+}
+
 // recordGroups records the copies of the groups gs, each made durable and
 // published all at once by its Batch's Sync, in one update, and sets their
 // outcomes in results, the batch's, indexed as its subs. The update waits
@@ -549,18 +566,7 @@ func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, result
 			d.wroteOK.Store(true)
 		}
 	}
-	for _, g := range gs {
-		fields := []zap.Field{zap.Int("group", g.index), zap.Int("files", g.end-g.first),
-			zap.Duration("copy", g.copied.Sub(g.opened)), zap.Duration("sync", g.durable.Sub(g.copied)),
-			zap.Duration("record", time.Since(g.durable))}
-		if err != nil {
-			// The copies stay published; the next attempt records them
-			// without copying them again (unrecorded.go).
-			d.log.Debug("batch published but not recorded", append(fields, zap.Error(err))...)
-			continue
-		}
-		d.log.Debug("batch recorded", fields...)
-	}
+	d.logGroups(gs, err)
 	for i, r := range done {
 		switch {
 		case changed[i]:

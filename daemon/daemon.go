@@ -932,11 +932,7 @@ func (d *daemon) finish(r result) {
 	}
 	f := r.job.file
 	var we *hashfile.WriteError
-	if r.err == nil || r.job.unrecorded == nil {
-		delete(d.published, f.Src)
-	} else {
-		d.published[f.Src] = r.job.unrecorded
-	}
+	d.notePublished(r)
 	if r.res.Restarted != "" {
 		d.log.Warn("resume impossible; copied from the start", zap.String("src", f.Src), zap.String("reason", r.res.Restarted))
 	}

@@ -82,3 +82,13 @@ func recordOnly(j *job, commit func(int64, uint32) error) (res flush.Result, ok 
 	}
 	return res, true, err
 }
+
+// notePublished remembers, from the result r of a file's copy, a copy
+// published whose record failed, and forgets it once recorded.
+func (d *daemon) notePublished(r result) {
+	if r.err == nil || r.job.unrecorded == nil {
+		delete(d.published, r.job.file.Src)
+		return
+	}
+	d.published[r.job.file.Src] = r.job.unrecorded
+}

@@ -301,20 +301,8 @@ func (r *run) do() error {
 	if s := filepath.Clean(job.Src); s == r.dst || s == r.tmpPath {
 		return fmt.Errorf("%s: %w: the destination is the source itself", r.dstName(), ErrInvalidJob)
 	}
-	var err error
-	if r.srcPlace, err = newPlace(job.Src, job.SrcRoot); err != nil {
-		return fmt.Errorf("%s: %w", r.srcName(), err)
-	}
-	if r.tmpPlace, err = newPlace(r.tmpPath, job.DstRoot); err != nil {
-		return fmt.Errorf("%s: %w", r.dstName(), err)
-	}
-	if r.dstPlace, err = newPlace(r.dst, job.DstRoot); err != nil {
-		return fmt.Errorf("%s: %w", r.dstName(), err)
-	}
-	if job.Batch != nil {
-		if r.dirPlace, err = newPlace(filepath.Dir(r.dst), job.DstRoot); err != nil {
-			return fmt.Errorf("%s: %w", r.dstName(), err)
-		}
+	if err := r.newPlaces(); err != nil {
+		return err
 	}
 	if job.Ranges != nil {
 		rs, err := normalizeRanges(r.c.ranges, job.Ranges, job.Size)
@@ -352,6 +340,28 @@ func (r *run) do() error {
 func (r *run) isCtxErr(err error) bool {
 	cerr := r.ctx.Err()
 	return cerr != nil && errors.Is(err, cerr)
+}
+
+// newPlaces prepares the lookups of the source, the partial copy,
+// DESTINATION and, in a Batch, DESTINATION's directory.
+func (r *run) newPlaces() error {
+	job := &r.job
+	var err error
+	if r.srcPlace, err = newPlace(job.Src, job.SrcRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.srcName(), err)
+	}
+	if r.tmpPlace, err = newPlace(r.tmpPath, job.DstRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.dstName(), err)
+	}
+	if r.dstPlace, err = newPlace(r.dst, job.DstRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.dstName(), err)
+	}
+	if job.Batch != nil {
+		if r.dirPlace, err = newPlace(filepath.Dir(r.dst), job.DstRoot); err != nil {
+			return fmt.Errorf("%s: %w", r.dstName(), err)
+		}
+	}
+	return nil
 }
 
 // interrupted returns err unchanged unless it is the end of the context,
@@ -569,28 +579,10 @@ func (r *run) resume() (ok bool, why string, err error) {
 		return false, why, err
 	}
 	r.tempSize, r.pos, r.kicked, r.dropped = w, w, w, w
-	// The bytes before WRITTEN must be the ones the last commit made
-	// durable: their CRC32 is read from the partial copy and compared with
-	// the record. With a check of the source, the CRC32 the copy goes on
-	// with is the source's, as the check reads the source's prefix anyway.
-	// (A record of a later commit than WRITTEN, from a crash between the
-	// two, vouches for its own length: checked there, resumed at WRITTEN.)
-	who := r.dstName() + ": partial copy " + r.tmpPath
-	got, err := r.crcOf(fd, &segmenter{fd: fd}, rec.written, who, nil)
-	if err != nil {
-		return false, "", err
-	}
-	if got != rec.crc {
+	if why, err := r.checkCommitted(rec); err != nil || why != "" {
 		_ = r.closeTemp()
-		return false, fmt.Sprintf("partial copy %s was written by someone else since the last commit: its first %d bytes have CRC32 %#08x, %#08x when committed",
-			r.tmpPath, rec.written, got, rec.crc), nil
+		return false, why, err
 	}
-	if rec.written != w {
-		if got, err = r.crcOf(fd, &segmenter{fd: fd}, w, who, nil); err != nil {
-			return false, "", err
-		}
-	}
-	r.crc = got
 	if r.c.o.VerifyAfter || r.check != nil {
 		r.crc, err = r.crcOf(r.src, &r.seg, w, r.srcName(), r.check)
 	}
@@ -616,6 +608,32 @@ func (r *run) resume() (ok bool, why string, err error) {
 	r.crcPos = w
 	r.lastSync = time.Now()
 	return true, "", nil
+}
+
+// checkCommitted sets r.crc to the CRC32 of the partial copy's first
+// job.Written bytes once sure that they are the ones the last commit made
+// durable: the CRC32 of the bytes the record vouches for is read from the
+// partial copy and compared with the record (a record of a later commit
+// than WRITTEN, from a crash between the two, vouches for its own length).
+// It returns why not when they differ.
+func (r *run) checkCommitted(rec partialRecord) (string, error) {
+	w, fd := r.job.Written, r.tmp
+	who := r.dstName() + ": partial copy " + r.tmpPath
+	got, err := r.crcOf(fd, &segmenter{fd: fd}, rec.written, who, nil)
+	if err != nil {
+		return "", err
+	}
+	if got != rec.crc {
+		return fmt.Sprintf("partial copy %s was written by someone else since the last commit: its first %d bytes have CRC32 %#08x, %#08x when committed",
+			r.tmpPath, rec.written, got, rec.crc), nil
+	}
+	if rec.written != w {
+		if got, err = r.crcOf(fd, &segmenter{fd: fd}, w, who, nil); err != nil {
+			return "", err
+		}
+	}
+	r.crc = got
+	return "", nil
 }
 
 // resumable returns the record of the partial copy open at r.tmp (whose
@@ -691,10 +709,14 @@ func (r *run) createTemp() error {
 		return osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
 	}
 	r.tmpStat = st
-	if !r.anon {
-		// New, and never resumed while unnamed: an unnamed copy carries
-		// no record; a named one carries its owner and token from the
-		// start, so that no other writer takes it for a stale one.
+	if !r.anon && r.job.Batch == nil {
+		// A lone copy's partial copy carries its owner and token from the
+		// start, so that no other writer takes it for a stale one. An
+		// unnamed one carries none, and a batch's named one (on a file
+		// system without O_TMPFILE, where each is a round trip to a
+		// server) gets one only if it commits progress: it is published
+		// within its group, its creation with O_EXCL and the checks of its
+		// name being what keeps other writers' bytes from being claimed.
 		r.rec = partialRecord{owner: r.c.owner, token: newToken(), src: r.srcID.record(), ino: st.Ino}
 		r.recorded = writeRecord(fd, r.rec)
 	}
@@ -815,9 +837,12 @@ func (r *run) commitSynced() error {
 	if err := r.checkToken(); err != nil {
 		return err
 	}
-	if r.recorded {
+	if r.recorded || !r.anon && r.rec.token == "" {
 		// After the fsync: the record never describes bytes that are not
 		// durable. A record lost in a crash makes the resume start from 0.
+		if r.rec.token == "" { // a batch's first commit of progress
+			r.rec = partialRecord{owner: r.c.owner, token: newToken(), src: r.srcID.record(), ino: r.tmpStat.Ino}
+		}
 		r.rec.written, r.rec.crc = r.pos, r.crc
 		r.recorded = writeRecord(r.tmp, r.rec)
 	}
