@@ -106,6 +106,7 @@ func (r *run) linkTemp(name string) error {
 func (r *run) linkAnon() error {
 	err := r.linkTemp(r.base)
 	if err == nil {
+		r.linked = true
 		return nil
 	}
 	if !errors.Is(err, unix.EEXIST) {

@@ -273,6 +273,7 @@ type run struct {
 	dirPlace      place // DESTINATION's directory, looked up afresh before an unnamed copy is linked
 	dirBorrowed   bool  // dir is the Batch's, not closed with the copy
 	anon          bool  // the partial copy has no name yet (see createAnon)
+	linked        bool  // the unnamed copy was linked at DESTINATION, replacing nothing
 	recorded      bool  // rec is kept on the partial copy (see partialRecord)
 	rec           partialRecord
 	dirsPending   bool     // directory entries not yet fsynced
@@ -1286,12 +1287,31 @@ func (r *run) checkPlaced() error {
 		if err != nil {
 			detail = fmt.Sprintf("cannot be looked up (%v)", err)
 		}
+		detail += r.unlink()
 		_ = r.closeTemp()
 		r.forget()
 		return fmt.Errorf("%s: %w: after publishing, %s %s; the copy went to the directory's old place and is not recorded",
 			r.dstName(), ErrDestinationMoved, r.dst, detail)
 	}
 	return nil
+}
+
+// unlink undoes the link of an unnamed copy that replaced nothing
+// (linked), when it went to a directory that moved meanwhile: the name is
+// removed while it still leads to the copy. A rename over a file cannot be
+// undone. It returns a note for the error message.
+func (r *run) unlink() string {
+	if !r.linked || r.dir < 0 {
+		return ""
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&st, &r.tmpStat) {
+		return ""
+	}
+	if err := unix.Unlinkat(r.dir, r.base, 0); err != nil {
+		return fmt.Sprintf(" (removing it from there failed: %v)", err)
+	}
+	return "; it was removed from there"
 }
 
 // renameFailed reports that the partial copy could not be renamed over
