@@ -38,7 +38,9 @@ func TestBatchDirectoryMovedAway(t *testing.T) {
 	})
 	dir := filepath.Dir(n.dest(names[0]))
 	moved := filepath.Join(n.pfs, "moved")
-	n.start()
+	// One group for the whole batch, published once all its files are
+	// copied: the rename below comes seconds before anything is linked.
+	n.start("--sync-interval=30s")
 
 	// The batch opens the dataset directory as its first copy starts.
 	deadline := time.Now().Add(settle)
@@ -66,6 +68,7 @@ func TestBatchDirectoryMovedAway(t *testing.T) {
 		must(t, os.WriteFile(filepath.Join(moved, name), b, 0o644))
 		kept[name] = b
 	}
+	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
 
 	v := n.waitFor("DONE", 3*settle, done)
 	checkFlushed(t, v, srcs)
