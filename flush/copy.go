@@ -575,6 +575,11 @@ func (r *run) resume() (ok bool, why string, err error) {
 	}
 	r.tmpStat = st
 	rec, why, err := r.resumable(&st)
+	if errors.Is(err, ErrPartialForeign) {
+		// The name leads to another owner's partial copy: whatever this
+		// copy made durable there is gone, and WRITTEN must not claim it.
+		_ = r.commit(0, 0)
+	}
 	if err != nil || why != "" {
 		_ = r.closeTemp()
 		return false, why, err

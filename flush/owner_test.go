@@ -45,9 +45,14 @@ func TestForeignPartialLeftAlone(t *testing.T) {
 	writeForeignPartial(t, dst, src, theirs)
 	c := NewCopier(nil, Options{Owner: "this node\x00/ctl/t.scrinfo"})
 	for _, written := range []int64{0, 100 << 10} {
-		_, err := c.Copy(context.Background(), Job{Src: src, Dst: dst, Size: int64(len(data)), Written: written}, nil)
+		var commits []int64
+		_, err := c.Copy(context.Background(), Job{Src: src, Dst: dst, Size: int64(len(data)), Written: written},
+			func(w int64, _ uint32) error { commits = append(commits, w); return nil })
 		if !errors.Is(err, ErrPartialForeign) {
 			t.Fatalf("WRITTEN %d: err = %v, want ErrPartialForeign", written, err)
+		}
+		if written > 0 && (len(commits) != 1 || commits[0] != 0) {
+			t.Errorf("WRITTEN %d: commits %v; want WRITTEN back to 0, the bytes it claimed being gone", written, commits)
 		}
 		if got, err := os.ReadFile(TempPath(dst)); err != nil || !bytes.Equal(got, theirs) {
 			t.Fatalf("WRITTEN %d: the other owner's partial copy was changed (%v)", written, err)
