@@ -859,7 +859,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		_, wrote, err := d.store.UpdateContext(cctx, func(t *hashfile.Tree) error {
 			prev = j.durable.Load()
 			if n == f.Size {
-				ok = transfer.SetComplete(t, f, prev, crc, v.warnings())
+				ok = transfer.SetComplete(t, f, prev, crc, j.warnings(v))
 			} else {
 				ok = transfer.SetWrittenFrom(t, f, prev, n)
 			}

@@ -72,6 +72,7 @@ func (u *unrecorded) stillPublished(f transfer.File) bool {
 func recordOnly(j *job, commit func(int64, uint32) error) (res flush.Result, ok bool, err error) {
 	u := j.reuse
 	if !u.stillPublished(j.file) {
+		j.reuse = nil // copied again: nothing of the earlier copy is used
 		return res, false, nil
 	}
 	res = flush.Result{Written: u.size, CRC: u.crc, Complete: true}
@@ -91,4 +92,14 @@ func (d *daemon) notePublished(r result) {
 		return
 	}
 	d.published[r.job.file.Src] = r.job.unrecorded
+}
+
+// warnings returns the checkpoint's warnings to record with j's
+// completion: those found when the copy recorded only now was made, else
+// those v found (nil v: none).
+func (j *job) warnings(v *checkpointVerifier) string {
+	if j.reuse != nil {
+		return j.reuse.warnings
+	}
+	return v.warnings()
 }
