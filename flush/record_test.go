@@ -33,6 +33,13 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// TestXattrName: the name the raw system calls use is identityXattr.
+func TestXattrName(t *testing.T) {
+	if got := string(xattrName[:len(xattrName)-1]); got != identityXattr || xattrName[len(xattrName)-1] != 0 {
+		t.Fatalf("xattrName = %q, want %q NUL-terminated", got, identityXattr)
+	}
+}
+
 // TestOwnerDigest: owners differ by host and by transfer file.
 func TestOwnerDigest(t *testing.T) {
 	a, b, c := ownerDigest("n1\x00/t"), ownerDigest("n2\x00/t"), ownerDigest("n1\x00/u")
