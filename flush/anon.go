@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -152,7 +153,8 @@ func (r *run) nameAnon() error {
 }
 
 // removeStalePartial removes the partial copy at tmpName, unless another
-// writer holds it locked or its record names another owner.
+// writer holds it locked, or its record names another owner and it is not
+// abandoned (see abandoned).
 func (r *run) removeStalePartial() error {
 	fd, err := openAt(r.dir, r.tmpName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -172,7 +174,7 @@ func (r *run) removeStalePartial() error {
 	if held.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(held.Mode))
 	}
-	if err := partialOwnedBy(fd, r.c.owner); err != nil {
+	if err := partialOwnedBy(fd, r.c.owner); err != nil && !abandoned(&held, time.Now()) {
 		return fmt.Errorf("%s: partial copy %s: %w", r.dstName(), r.tmpPath, err)
 	}
 	if err := unix.Fstatat(r.dir, r.tmpName, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&held, &named) {
