@@ -18,6 +18,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/beneath"
 	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/transfer"
@@ -61,7 +62,7 @@ func newDemoLayout(root string) demoLayout {
 
 // rel names a path of the layout relative to its root, for the screen.
 func (l demoLayout) rel(p string) string {
-	if r, err := filepath.Rel(l.root, p); err == nil && !strings.HasPrefix(r, "..") {
+	if r, ok := beneath.Rel(l.root, p); ok {
 		return r
 	}
 	return p
