@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/scr-transferd/scr-transferd/internal/beneath"
+	"github.com/scr-transferd/scr-transferd/internal/byterange"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,11 +30,9 @@ const (
 	LIME Kind = "lime"
 )
 
-// Range is the byte range [Off, Off+Len) of a file.
-type Range struct{ Off, Len int64 }
-
-// End returns Off+Len.
-func (r Range) End() int64 { return r.Off + r.Len }
+// Range is the byte range [Off, Off+Len) of a file; flush.Range is the
+// same type.
+type Range = byterange.Range
 
 // Report describes a file Inspect identified and validated.
 type Report struct {
@@ -263,7 +262,7 @@ func wholeFile(size int64) []Range {
 	if size == 0 {
 		return nil
 	}
-	return []Range{{0, size}}
+	return []Range{{Off: 0, Len: size}}
 }
 
 // fileSystem is the part of the file system Inspect uses: the operating

@@ -3,13 +3,13 @@ package cachetest
 import (
 	"encoding/binary"
 	"slices"
+
+	"github.com/scr-transferd/scr-transferd/internal/byterange"
 )
 
-// Range is a span [Off, Off+Len) of a file that holds data.
-type Range struct{ Off, Len int64 }
-
-// End returns Off+Len.
-func (r Range) End() int64 { return r.Off + r.Len }
+// Range is a span [Off, Off+Len) of a file that holds data; cache.Range
+// is the same type.
+type Range = byterange.Range
 
 // sionFixedHeader is the size of META1 before the per-task arrays.
 const sionFixedHeader = 1076
@@ -133,7 +133,7 @@ func (sp SIONSpec) Encode() ([]byte, []Range, SIONPlaced) {
 	o.PutUint32(b[sp.FieldOff("maxchunks", 0):], uint32(l.MaxChunks))
 	o.PutUint64(b[sp.FieldOff("sov", 0):], uint64(l.SOV))
 
-	want := []Range{{0, l.HeaderEnd}, {l.SOV, end - l.SOV + int64(len(sp.Tail))}}
+	want := []Range{{Off: 0, Len: l.HeaderEnd}, {Off: l.SOV, Len: end - l.SOV + int64(len(sp.Tail))}}
 	pos := l.SOV
 	put := func(v int64) { o.PutUint64(b[pos:], uint64(v)); pos += 8 }
 	for _, tk := range sp.Tasks {
@@ -150,7 +150,7 @@ func (sp SIONSpec) Encode() ([]byte, []Range, SIONPlaced) {
 			for j := int64(0); j < used; j++ {
 				b[start+j] = byte(1 + (31*tk.Rank+7*int64(blk)+j)%251)
 			}
-			want = append(want, Range{start, used})
+			want = append(want, Range{Off: start, Len: used})
 			start += caps[i]
 		}
 	}
