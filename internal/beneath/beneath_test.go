@@ -161,3 +161,28 @@ func TestOpenRootOutside(t *testing.T) {
 		t.Errorf("OpenRoot of a missing root: %v, want ENOENT", err)
 	}
 }
+
+// FuzzRel: whatever the root and path, a path Rel accepts is the root
+// joined with the answer, and the answer never climbs out or is absolute;
+// one it refuses is not the root or beneath it.
+func FuzzRel(f *testing.F) {
+	for _, s := range [][2]string{{"/r", "/r/a"}, {"/r", "/r/../x"}, {"/", "/a"}, {"r", "r/a"}, {"/r", "/rx"}, {"/r/", "/r/./a//b/"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, root, path string) {
+		rel, ok := Rel(root, path)
+		if !ok {
+			clean, r := filepath.Clean(path), filepath.Clean(root)
+			if clean == r || (r == "/" && filepath.IsAbs(clean)) || (len(clean) > len(r) && clean[:len(r)+1] == r+"/") {
+				t.Fatalf("Rel(%q, %q) refused a path beneath the root", root, path)
+			}
+			return
+		}
+		if rel == ".." || len(rel) >= 3 && rel[:3] == "../" || filepath.IsAbs(rel) {
+			t.Fatalf("Rel(%q, %q) = %q climbs out", root, path, rel)
+		}
+		if got := filepath.Join(filepath.Clean(root), rel); got != filepath.Clean(path) {
+			t.Fatalf("Rel(%q, %q) = %q, but joined it is %q", root, path, rel, got)
+		}
+	})
+}
