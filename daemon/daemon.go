@@ -71,6 +71,7 @@ type daemon struct {
 	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
 	flushStarted time.Time             // the flush under way began, zero when none
 	flushCopied  int64                 // copied when it began
+	lost         <-chan error          // the instance lock lost to another process (instance.go)
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
@@ -183,6 +184,7 @@ func Run(ctx context.Context, cfg Config) error {
 		rand:     rand.Float64,
 		results:  make(chan result, 1),
 	}
+	d.lost = watchInstance(ctx, inst, d.log)
 	d.batchFiles = batchFiles()
 	d.copiers = []*flush.Copier{d.copier}
 	for len(d.copiers) < cfg.Streams {
@@ -263,6 +265,8 @@ func (d *daemon) loop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return d.shutdown()
+		case err := <-d.lost:
+			return d.lockLost(err)
 		case <-changed:
 			if d.ownChange() {
 				continue
