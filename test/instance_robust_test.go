@@ -198,7 +198,12 @@ func TestForeignLockFileSaysSo(t *testing.T) {
 		t.Fatalf("log does not say %q:\n%s", want, d.log.String())
 	}
 
-	// Held by a live process of that user.
+	// Held by a live process of that user, who must reach the file.
+	for d := ctl; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			must(t, os.Chmod(d, fi.Mode().Perm()|0o001))
+		}
+	}
 	holder := exec.Command("flock", "--exclusive", lock, "sleep", "600")
 	holder.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	must(t, holder.Start())

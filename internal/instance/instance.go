@@ -36,7 +36,9 @@ func LockPath(transferFile string) string {
 type HeldError struct {
 	PID  int    // the holder's PID (from /proc/locks, else as written in the lock file); 0 if unknown
 	Path string // the lock file
-	UID  int    // the lock file's owner; -1 if unknown
+	// Foreign is set when the lock file belongs to another user, UID.
+	Foreign bool
+	UID     int
 }
 
 func (e *HeldError) Error() string {
@@ -44,7 +46,7 @@ func (e *HeldError) Error() string {
 	if e.PID <= 0 {
 		pid = "unknown"
 	}
-	if e.UID >= 0 && e.UID != os.Geteuid() {
+	if e.Foreign {
 		return fmt.Sprintf("already served by PID %s of another user, uid %d (lock %s)", pid, e.UID, e.Path)
 	}
 	return fmt.Sprintf("already served by PID %s (lock %s)", pid, e.Path)
@@ -190,10 +192,10 @@ func checkOwner(f *os.File, path string) error {
 // process: its holder as the kernel lists it in /proc/locks (a PID written
 // in the file may be a dead daemon's), else the PID in the file.
 func heldBy(f *os.File, path string) *HeldError {
-	e := &HeldError{PID: readPID(f), Path: path, UID: -1}
+	e := &HeldError{PID: readPID(f), Path: path}
 	var st unix.Stat_t
 	if unix.Fstat(int(f.Fd()), &st) == nil {
-		e.UID = int(st.Uid)
+		e.UID, e.Foreign = int(st.Uid), int(st.Uid) != os.Geteuid()
 		if b, err := os.ReadFile("/proc/locks"); err == nil {
 			if pid := flockHolder(b, st.Dev, st.Ino); pid > 0 {
 				e.PID = pid

@@ -1,6 +1,11 @@
 package instance
 
 import (
+	"context"
+	"time"
+
+	"golang.org/x/sys/unix"
+
 	"bufio"
 	"errors"
 	"fmt"
@@ -215,5 +220,136 @@ func TestHeldErrorUnknownPID(t *testing.T) {
 	e := &HeldError{Path: "/x/.t.lock"}
 	if got := e.Error(); got != "already served by PID unknown (lock /x/.t.lock)" {
 		t.Fatal(got)
+	}
+}
+
+func TestFlockHolder(t *testing.T) {
+	locks := "1: POSIX  ADVISORY  WRITE 300 fd:01:77 0 EOF\n" +
+		"2: FLOCK  ADVISORY  WRITE 4242 00:2d:1234 0 EOF\n" +
+		"2: -> FLOCK  ADVISORY  WRITE 5151 00:2d:1234 0 EOF\n" +
+		"3: FLOCK  ADVISORY  READ 777 fd:01:99 0 EOF\n" +
+		"garbage\n4: FLOCK\n"
+	for _, tc := range []struct {
+		name     string
+		dev, ino uint64
+		want     int
+	}{
+		{"held", unix.Mkdev(0, 0x2d), 1234, 4242},
+		{"shared", unix.Mkdev(0xfd, 1), 99, 777},
+		{"posix lock only", unix.Mkdev(0xfd, 1), 77, 0},
+		{"other inode", unix.Mkdev(0, 0x2d), 123, 0},
+		{"other device", unix.Mkdev(0, 0x2e), 1234, 0},
+	} {
+		if got := flockHolder([]byte(locks), tc.dev, tc.ino); got != tc.want {
+			t.Errorf("%s: flockHolder = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func FuzzFlockHolder(f *testing.F) {
+	f.Add([]byte("2: FLOCK  ADVISORY  WRITE 4242 00:2d:1234 0 EOF\n"), uint64(0x2d), uint64(1234))
+	f.Fuzz(func(t *testing.T, b []byte, dev, ino uint64) {
+		if pid := flockHolder(b, dev, ino); pid < 0 {
+			t.Fatalf("negative PID %d", pid)
+		}
+	})
+}
+
+// TestHolderFromProcLocks: the PID written in the lock file may be a dead
+// daemon's; the holder named is the one the kernel lists.
+func TestHolderFromProcLocks(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	h := startHolder(t, tf)
+	if err := os.WriteFile(LockPath(tf), []byte("999999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var he *HeldError
+	if _, err := Acquire(tf); !errors.As(err, &he) || he.PID != h.cmd.Process.Pid {
+		t.Fatalf("Acquire: %v, want a HeldError naming PID %d", err, h.cmd.Process.Pid)
+	}
+}
+
+// TestCheckTakesTheLockAgain: the lock file, or its whole directory,
+// removed under a holder: Check takes the lock again at the path, with the
+// PID, so that a newcomer is refused; removed again and taken by a
+// newcomer first, Check reports the lock lost to it.
+func TestCheckTakesTheLockAgain(t *testing.T) {
+	for _, removeDir := range []bool{false, true} {
+		dir := filepath.Join(t.TempDir(), "ctl")
+		tf := filepath.Join(dir, "transfer.scrinfo")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		l, err := Acquire(tf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := l.Check(); again || err != nil {
+			t.Fatalf("Check of an intact lock: %v %v", again, err)
+		}
+		remove := func() {
+			if removeDir {
+				err = os.RemoveAll(dir)
+			} else {
+				err = os.Remove(LockPath(tf))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		remove()
+		if again, err := l.Check(); !again || err != nil {
+			t.Fatalf("Check after removal (directory %v): %v %v, want the lock taken again", removeDir, again, err)
+		}
+		if pid, held, err := Holder(tf); !held || pid != os.Getpid() || err != nil {
+			t.Fatalf("after Check: Holder %d %v %v, want this process", pid, held, err)
+		}
+		remove()
+		if err := os.MkdirAll(dir, 0o700); err != nil { // as a second daemon does
+			t.Fatal(err)
+		}
+		h := startHolder(t, tf)
+		_, err = l.Check()
+		var lost *LostError
+		var he *HeldError
+		if !errors.As(err, &lost) || !errors.As(err, &he) || he.PID != h.cmd.Process.Pid {
+			t.Fatalf("Check after a newcomer took the lock: %v, want a LostError naming PID %d", err, h.cmd.Process.Pid)
+		}
+		l.Close()
+	}
+}
+
+// TestWatchNoticesRemovalAtOnce: with a periodic check far away, the
+// removal of the lock file is noticed through inotify and the lock taken
+// again.
+func TestWatchNoticesRemovalAtOnce(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	l, err := Acquire(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	retaken := make(chan string, 1)
+	lost := l.Watch(ctx, time.Hour, func(p string) { retaken <- p })
+	// Watch adds its inotify watch once started: remove the file until
+	// the removal is noticed.
+	deadline := time.Now().Add(20 * time.Second)
+	for noticed := false; !noticed; {
+		_ = os.Remove(LockPath(tf))
+		select {
+		case p := <-retaken:
+			noticed = p == LockPath(tf)
+		case err := <-lost:
+			t.Fatalf("lock lost: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the removal of the lock file was never noticed")
+		}
+	}
+	cancel()
+	if _, ok := <-lost; ok {
+		t.Fatal("Watch sent an error on cancel")
 	}
 }
