@@ -390,7 +390,8 @@ func (d *daemon) refusals(files []transfer.File) []error {
 	for i := range files {
 		out[i] = d.confine(files[i])
 	}
-	refuseConflicts(files, out)
+	k := keyer{}
+	refuseConflicts(files, out, k, k.protect(d.cfg.TransferFile, d.cfg.Protect))
 	return out
 }
 

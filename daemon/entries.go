@@ -1,16 +1,132 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
+// fileKey identifies the file a path names, as the kernel finds it: the
+// deepest directory on the path that exists (its device and inode, found
+// through every symbolic link and ".." on the way), and the rest of the
+// path below it, the name itself when its directory exists. Two paths
+// that differ as strings but lead through symbolic links, bind mounts or
+// "dir/link/.." to one directory and name have one key. A path whose
+// directory cannot be looked at (no permission) keys by its cleaned
+// string alone.
+type fileKey struct {
+	dev, ino uint64
+	rest     string
+}
+
+// keyer works out fileKeys, looking each directory up once.
+type keyer map[string]dirLookup
+
+// dirLookup is what a directory's stat(2) found.
+type dirLookup struct {
+	dev, ino uint64
+	found    int8 // dirFound, dirMissing or dirUnknown
+}
+
+const (
+	dirFound   = iota + 1
+	dirMissing // ENOENT: look at its parent
+	dirUnknown // not a directory, or it cannot be looked at
+)
+
+// dir looks directory dir up, following symbolic links.
+func (k keyer) dir(dir string) dirLookup {
+	if l, ok := k[dir]; ok {
+		return l
+	}
+	var st unix.Stat_t
+	err := unix.Stat(dir, &st)
+	l := dirLookup{found: dirUnknown}
+	switch {
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		l = dirLookup{dev: st.Dev, ino: st.Ino, found: dirFound}
+	case errors.Is(err, unix.ENOENT):
+		l.found = dirMissing
+	}
+	k[dir] = l
+	return l
+}
+
+// key returns the fileKey of path. The copy resolves the cleaned path
+// (flush cleans it), so ".." is taken lexically first, as the copy does.
+func (k keyer) key(path string) fileKey {
+	p := filepath.Clean(path)
+	dir, rest := filepath.Dir(p), filepath.Base(p)
+	for {
+		switch l := k.dir(dir); l.found {
+		case dirFound:
+			return fileKey{dev: l.dev, ino: l.ino, rest: rest}
+		case dirUnknown:
+			return fileKey{rest: p}
+		}
+		if dir == "/" || dir == "." {
+			return fileKey{rest: p}
+		}
+		dir, rest = filepath.Dir(dir), filepath.Base(dir)+"/"+rest
+	}
+}
+
+// protected is what no DESTINATION may name: the control directory's
+// files (the transfer file, its instance lock and journal, anything else
+// there) and the extra files the daemon writes, such as the metrics file
+// (and its temporary files, "."+name+".tmp…" beside it).
+type protected struct {
+	ctlDir string
+	ctl    fileKey // the control directory's own key: rest is ""
+	extra  []protectedFile
+}
+
+type protectedFile struct {
+	path string
+	key  fileKey
+}
+
+// protect works out the keys of the control directory of transferFile and
+// of the extra files.
+func (k keyer) protect(transferFile string, extra []string) protected {
+	ctlDir := filepath.Dir(filepath.Clean(transferFile))
+	p := protected{ctlDir: ctlDir}
+	if l := k.dir(ctlDir); l.found == dirFound {
+		p.ctl = fileKey{dev: l.dev, ino: l.ino}
+	}
+	for _, e := range extra {
+		if e != "" {
+			p.extra = append(p.extra, protectedFile{path: e, key: k.key(e)})
+		}
+	}
+	return p
+}
+
+// check returns why a DESTINATION of key d may not be written, nil if it
+// may.
+func (p protected) check(dest string, d fileKey) error {
+	inCtl := p.ctl.ino != 0 && d.dev == p.ctl.dev && d.ino == p.ctl.ino && !strings.Contains(d.rest, "/")
+	if inCtl || filepath.Dir(filepath.Clean(dest)) == p.ctlDir {
+		return fmt.Errorf("DESTINATION %s is in the control directory %s, which holds the transfer file, its lock and its journal", dest, p.ctlDir)
+	}
+	for _, f := range p.extra {
+		same := d.dev == f.key.dev && d.ino == f.key.ino
+		if same && (d.rest == f.key.rest || strings.HasPrefix(d.rest, "."+f.key.rest+".tmp")) {
+			return fmt.Errorf("DESTINATION %s is the daemon's file %s (or its temporary)", dest, f.path)
+		}
+	}
+	return nil
+}
+
 // refuseConflicts sets the Problem of every entry that cannot be flushed
-// whatever the files hold, because it contradicts itself or another entry:
+// whatever the files hold, because it contradicts itself, another entry or
+// the daemon's own files:
 //
 //   - two entries with one DESTINATION: both would be reported complete
 //     while the path holds one of them, and which one the library meant is
@@ -18,19 +134,24 @@ import (
 //   - a DESTINATION ending in the partial-copy suffix: it would be taken for
 //     (and removed as) a partial copy;
 //   - a DESTINATION that is a FILES source (its own or another entry's):
-//     the copy would overwrite a source, perhaps before it is copied.
+//     the copy would overwrite a source, perhaps before it is copied;
+//   - a DESTINATION in the control directory, or that is another file of
+//     the daemon's (prot): the copy would replace the transfer file, the
+//     instance lock or the journal.
 //
 // The reason is set in problems, at the entry's index, unless one is there
-// already. Paths are compared cleaned.
-func refuseConflicts(files []transfer.File, problems []error) {
-	dests := make(map[string][]int, len(files))
-	srcs := make(map[string]string, len(files))
+// already. Paths are compared as the files they name (see fileKey), so an
+// alias through a symbolic link or ".." is the same path.
+func refuseConflicts(files []transfer.File, problems []error, k keyer, prot protected) {
+	keys := make([]fileKey, len(files))
+	dests := make(map[fileKey][]int, len(files))
+	srcs := make(map[fileKey]string, len(files))
 	for i, f := range files {
 		if f.Dest != "" {
-			d := filepath.Clean(f.Dest)
-			dests[d] = append(dests[d], i)
+			keys[i] = k.key(f.Dest)
+			dests[keys[i]] = append(dests[keys[i]], i)
 		}
-		srcs[filepath.Clean(f.Src)] = f.Src
+		srcs[k.key(f.Src)] = f.Src
 	}
 	refuse := func(i int, err error) {
 		if problems[i] == nil {
@@ -41,23 +162,33 @@ func refuseConflicts(files []transfer.File, problems []error) {
 		if f.Dest == "" {
 			continue
 		}
-		d := filepath.Clean(f.Dest)
-		if strings.HasSuffix(d, flush.PartialSuffix) {
+		if strings.HasSuffix(filepath.Clean(f.Dest), flush.PartialSuffix) {
 			refuse(i, fmt.Errorf("DESTINATION %s ends in %s, the suffix of the daemon's partial copies", f.Dest, flush.PartialSuffix))
 		}
-		if src, ok := srcs[d]; ok {
+		if err := prot.check(f.Dest, keys[i]); err != nil {
+			refuse(i, err)
+		}
+		if src, ok := srcs[keys[i]]; ok {
 			if src == f.Src {
 				refuse(i, fmt.Errorf("DESTINATION %s is the entry's own source", f.Dest))
 			} else {
 				refuse(i, fmt.Errorf("DESTINATION %s is the source of FILES entry %s", f.Dest, src))
 			}
 		}
-		if same := dests[d]; len(same) > 1 {
+		if same := dests[keys[i]]; len(same) > 1 {
 			other := same[0]
 			if other == i {
 				other = same[1]
 			}
-			refuse(i, fmt.Errorf("DESTINATION %s is also the DESTINATION of FILES entry %s", f.Dest, files[other].Src))
+			refuse(i, fmt.Errorf("DESTINATION %s is also the DESTINATION of FILES entry %s%s", f.Dest, files[other].Src, alias(f.Dest, files[other].Dest)))
 		}
 	}
+}
+
+// alias notes that two DESTINATIONs that name one file differ as paths.
+func alias(a, b string) string {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return ""
+	}
+	return " (" + b + ", the same file through another path)"
 }

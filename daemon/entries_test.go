@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/scr-transferd/scr-transferd/transfer"
+)
+
+// TestRefuseConflictsComparesFiles: DESTINATIONs and sources are compared
+// as the files they name, so aliases through a symbolic link, "..", or a
+// directory not made yet are refused as exact duplicates are, and nothing
+// may be written into the control directory or over the metrics file.
+func TestRefuseConflictsComparesFiles(t *testing.T) {
+	root := t.TempDir()
+	pfs, cache, ctl := filepath.Join(root, "pfs"), filepath.Join(root, "cache"), filepath.Join(root, "ctl")
+	for _, d := range []string{filepath.Join(pfs, "ckpt"), cache, ctl, filepath.Join(root, "mon")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		filepath.Join(root, "pfs-link"):    pfs,
+		filepath.Join(pfs, "ckpt", "up"):   pfs,
+		filepath.Join(pfs, "cache-link"):   cache,
+		filepath.Join(root, "ctl-link"):    ctl,
+		filepath.Join(pfs, "ckpt", "mon2"): filepath.Join(root, "mon"),
+	} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	transferFile := filepath.Join(ctl, "transfer.scrinfo")
+	metricsFile := filepath.Join(root, "mon", "scr.prom")
+	src := func(n string) string { return filepath.Join(cache, n) }
+	cases := []struct {
+		name  string
+		dests []string // entry i copies src(i) to dests[i]
+		want  []string // the refusal of each entry, "" for none
+	}{
+		{"distinct", []string{pfs + "/ckpt/a", pfs + "/ckpt/b"}, []string{"", ""}},
+		{"exact duplicate", []string{pfs + "/ckpt/a", pfs + "/ckpt/a"}, []string{"also the DESTINATION", "also the DESTINATION"}},
+		{"through a symlinked directory", []string{pfs + "/ckpt/a", root + "/pfs-link/ckpt/a"}, []string{"the same file through another path", "the same file through another path"}},
+		{"through a symlink and ..", []string{pfs + "/x", pfs + "/ckpt/up/x"}, []string{"another path", "another path"}},
+		{"through a directory not made yet", []string{pfs + "/new/dir/a", root + "/pfs-link/new/dir/a"}, []string{"another path", "another path"}},
+		{"lexical .. is the copy's", []string{pfs + "/ckpt/../ckpt/a", pfs + "/ckpt/a"}, []string{"also the DESTINATION", "also the DESTINATION"}},
+		{"another entry's source through a link", []string{pfs + "/ckpt/a", pfs + "/cache-link/e0"}, []string{"", "is the source of FILES entry " + src("e0")}},
+		{"its own source through a link", []string{pfs + "/cache-link/e0"}, []string{"the entry's own source"}},
+		{"the transfer file", []string{transferFile}, []string{"in the control directory"}},
+		{"the transfer file through a link", []string{root + "/ctl-link/transfer.scrinfo"}, []string{"in the control directory"}},
+		{"the transfer file through ..", []string{pfs + "/../ctl/transfer.scrinfo"}, []string{"in the control directory"}},
+		{"the lock", []string{filepath.Join(ctl, ".transfer.scrinfo.lock")}, []string{"in the control directory"}},
+		{"the journal through a link", []string{root + "/ctl-link/.transfer.scrinfo.journal"}, []string{"in the control directory"}},
+		{"a subdirectory of the control directory", []string{ctl + "/sub/a"}, []string{""}},
+		{"the metrics file through a link", []string{pfs + "/ckpt/mon2/scr.prom"}, []string{"the daemon's file " + metricsFile}},
+		{"the metrics file's temporary", []string{root + "/mon/.scr.prom.tmp123"}, []string{"the daemon's file"}},
+		{"beside the metrics file", []string{root + "/mon/other.prom"}, []string{""}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			files := make([]transfer.File, len(tc.dests))
+			for i, d := range tc.dests {
+				files[i] = transfer.File{Src: src("e" + string(rune('0'+i))), Dest: d, Size: 1}
+			}
+			problems := make([]error, len(files))
+			k := keyer{}
+			refuseConflicts(files, problems, k, k.protect(transferFile, []string{metricsFile}))
+			for i, want := range tc.want {
+				switch {
+				case want == "" && problems[i] != nil:
+					t.Errorf("entry %d (%s) refused: %v", i, tc.dests[i], problems[i])
+				case want != "" && (problems[i] == nil || !strings.Contains(problems[i].Error(), want)):
+					t.Errorf("entry %d (%s): %v, want a refusal saying %q", i, tc.dests[i], problems[i], want)
+				}
+			}
+		})
+	}
+}
