@@ -1,0 +1,276 @@
+// Package fusetest serves a directory through FUSE as a test stand-in for
+// a parallel file system: each mount plays one compute node's client, and
+// the options give it the two properties of a real PFS that a local file
+// system lacks. Locks can be cluster-wide, node-local (BeeGFS by default,
+// NFS with local_lock, Lustre with -o localflock) or missing (Lustre with
+// -o noflock, which answers ENOSYS); and the bandwidth can be finite and
+// shared between mounts, so that writers queue as they do on a busy
+// storage target. It is for tests and benchmarks only.
+package fusetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// LockMode says how a mount answers flock and fcntl locks.
+type LockMode int
+
+const (
+	// KernelLocks forwards every lock to the backing file, so locks taken
+	// through different mounts exclude each other: a cluster-wide lock.
+	KernelLocks LockMode = iota
+	// NodeLocalLocks leaves locks to the kernel's FUSE inode of each
+	// mount: they exclude processes using the same mount (one node) and
+	// not those using another mount of the same directory.
+	NodeLocalLocks
+	// NoLocks answers every flock and fcntl lock request with ENOSYS.
+	NoLocks
+)
+
+// String names the mode as the fusemount command's -locks flag does.
+func (m LockMode) String() string {
+	switch m {
+	case KernelLocks:
+		return "kernel"
+	case NodeLocalLocks:
+		return "nodelocal"
+	case NoLocks:
+		return "none"
+	}
+	return fmt.Sprintf("LockMode(%d)", int(m))
+}
+
+// ParseLockMode is the inverse of String.
+func ParseLockMode(s string) (LockMode, error) {
+	for _, m := range []LockMode{KernelLocks, NodeLocalLocks, NoLocks} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("lock mode %q: want kernel, nodelocal or none", s)
+}
+
+// Options configure one mount.
+type Options struct {
+	Locks LockMode
+	// Bucket, when not nil, serves every write of the mount. Mounts that
+	// share a Bucket share its bandwidth.
+	Bucket *Bucket
+}
+
+// Bucket is a storage target of finite bandwidth serving writes in
+// arrival order: a write of n bytes completes n/rate after the later of
+// its arrival and the completion of the write before it. The waiting
+// writer sees the queueing delay a busy target adds.
+type Bucket struct {
+	rate float64 // bytes per second
+
+	mu   sync.Mutex
+	next time.Time // when the target is free again
+}
+
+// NewBucket returns a Bucket of bytesPerSec (> 0).
+func NewBucket(bytesPerSec float64) *Bucket {
+	return &Bucket{rate: bytesPerSec}
+}
+
+// Rate is the bucket's bandwidth in bytes per second.
+func (b *Bucket) Rate() float64 { return b.rate }
+
+// reserve books n bytes at now and returns when they are served.
+func (b *Bucket) reserve(now time.Time, n int) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	start := now
+	if b.next.After(start) {
+		start = b.next
+	}
+	b.next = start.Add(time.Duration(float64(n) / b.rate * float64(time.Second)))
+	return b.next
+}
+
+// wait blocks until n bytes booked now are served, or ctx ends.
+func (b *Bucket) wait(ctx context.Context, n int) syscall.Errno {
+	if b == nil || n == 0 {
+		return 0
+	}
+	done := b.reserve(time.Now(), n)
+	t := time.NewTimer(time.Until(done))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return 0
+	case <-ctx.Done():
+		return syscall.EINTR
+	}
+}
+
+// Server is one mounted file system.
+type Server struct {
+	srv        *fuse.Server
+	mountpoint string
+}
+
+// Mount serves backing at mountpoint (an existing empty directory) until
+// Close. Entries and attributes are not cached by the kernel, so every
+// mount sees the others' changes at once, as on a coherent PFS client.
+func Mount(backing, mountpoint string, opts Options) (*Server, error) {
+	root, err := fs.NewLoopbackRoot(backing)
+	if err != nil {
+		return nil, fmt.Errorf("fusetest: backing directory %s: %w", backing, err)
+	}
+	zero := time.Duration(0)
+	fsOpts := &fs.Options{
+		EntryTimeout:    &zero,
+		AttrTimeout:     &zero,
+		NegativeTimeout: &zero,
+		MountOptions: fuse.MountOptions{
+			AllowOther:  os.Geteuid() == 0,
+			FsName:      backing,
+			Name:        "fusetest",
+			DirectMount: true,
+			EnableLocks: opts.Locks != NodeLocalLocks,
+			MaxWrite:    1 << 20,
+			// The kernel checks permissions from the attributes, as a
+			// PFS client does: the server itself runs as root.
+			Options: []string{"default_permissions"},
+		},
+	}
+	wrapped := &node{LoopbackNode: root.(*fs.LoopbackNode), opts: opts}
+	wrapped.RootData.RootNode = wrapped
+	srv, err := fs.Mount(mountpoint, wrapped, fsOpts)
+	if err != nil {
+		return nil, fmt.Errorf("fusetest: mounting %s at %s: %w", backing, mountpoint, err)
+	}
+	return &Server{srv: srv, mountpoint: mountpoint}, nil
+}
+
+// Close unmounts the file system, retrying while it is busy for up to 10 s.
+func (s *Server) Close() error {
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if err = s.srv.Unmount(); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // retry pacing: the mount is busy
+	}
+	if err != nil {
+		return fmt.Errorf("fusetest: unmounting %s: %w", s.mountpoint, err)
+	}
+	s.srv.Wait()
+	return nil
+}
+
+// node is a loopback node whose files carry the mount's options.
+type node struct {
+	*fs.LoopbackNode
+	opts Options
+}
+
+var (
+	_ fs.NodeWrapChilder = (*node)(nil)
+	_ fs.NodeOpener      = (*node)(nil)
+	_ fs.NodeCreater     = (*node)(nil)
+)
+
+// WrapChild gives every node of the tree the mount's options.
+func (n *node) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	return &node{LoopbackNode: ops.(*fs.LoopbackNode), opts: n.opts}
+}
+
+// Open wraps the loopback file.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
+	return n.wrap(fh), fl, errno
+}
+
+// Create wraps the loopback file.
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	in, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	return in, n.wrap(fh), fl, errno
+}
+
+func (n *node) wrap(fh fs.FileHandle) fs.FileHandle {
+	lf, ok := fh.(*fs.LoopbackFile)
+	if !ok {
+		return fh
+	}
+	return &file{LoopbackFile: lf, opts: n.opts}
+}
+
+// file is a loopback file whose writes go through the mount's Bucket and
+// whose locks follow its LockMode.
+type file struct {
+	*fs.LoopbackFile
+	opts Options
+}
+
+// PassthroughFd keeps the kernel from doing the file's I/O on the backing
+// file directly: every read and write goes through the server, as on a
+// network file system.
+func (f *file) PassthroughFd() (int, bool) { return -1, false }
+
+// Write waits for the bucket, then writes.
+func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if errno := f.opts.Bucket.wait(ctx, len(data)); errno != 0 {
+		return 0, errno
+	}
+	return f.LoopbackFile.Write(ctx, data, off)
+}
+
+// Writev waits for the bucket, then writes.
+func (f *file) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
+	n := 0
+	for _, d := range data {
+		n += len(d)
+	}
+	if errno := f.opts.Bucket.wait(ctx, n); errno != 0 {
+		return 0, errno
+	}
+	return f.LoopbackFile.Writev(ctx, data, off)
+}
+
+// Getlk answers ENOSYS under NoLocks.
+func (f *file) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	if f.opts.Locks == NoLocks {
+		return syscall.ENOSYS
+	}
+	return f.LoopbackFile.Getlk(ctx, owner, lk, flags, out)
+}
+
+// Setlk answers ENOSYS under NoLocks.
+func (f *file) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	if f.opts.Locks == NoLocks {
+		return syscall.ENOSYS
+	}
+	return f.LoopbackFile.Setlk(ctx, owner, lk, flags)
+}
+
+// Setlkw answers ENOSYS under NoLocks.
+func (f *file) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	if f.opts.Locks == NoLocks {
+		return syscall.ENOSYS
+	}
+	return f.LoopbackFile.Setlkw(ctx, owner, lk, flags)
+}
+
+// Available reports why FUSE cannot be mounted here, or nil if it can:
+// the device must exist and the caller must be root (mounts are direct).
+func Available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("fusetest: mounting needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return fmt.Errorf("fusetest: %w", err)
+	}
+	return nil
+}
