@@ -77,48 +77,50 @@ func (k keyer) key(path string) fileKey {
 	}
 }
 
-// protected is what no DESTINATION may name: the control directory's
-// files (the transfer file, its instance lock and journal, anything else
-// there) and the extra files the daemon writes, such as the metrics file
-// (and its temporary files, "."+name+".tmp…" beside it).
+// protected is what no DESTINATION may name: the daemon's control files
+// (the transfer file and its sidecars beside it, ".NAME.lock" and
+// ".NAME.journal" among them) and the extra files it writes, such as the
+// metrics file (and its temporary files, "."+name+".tmp…" beside it).
 type protected struct {
-	ctlDir string
-	ctl    fileKey // the control directory's own key: rest is ""
-	extra  []protectedFile
+	files []protectedFile
 }
 
+// protectedFile is a file, and the names beside it beginning with prefix
+// when prefix is set.
 type protectedFile struct {
-	path string
-	key  fileKey
+	path   string
+	key    fileKey
+	prefix string
+	what   string
 }
 
-// protect works out the keys of the control directory of transferFile and
-// of the extra files.
+// protect works out the keys of the control files of transferFile and of
+// the extra files.
 func (k keyer) protect(transferFile string, extra []string) protected {
-	ctlDir := filepath.Dir(filepath.Clean(transferFile))
-	p := protected{ctlDir: ctlDir}
-	if l := k.dir(ctlDir); l.found == dirFound {
-		p.ctl = fileKey{dev: l.dev, ino: l.ino}
-	}
+	base := filepath.Base(transferFile)
+	p := protected{files: []protectedFile{{path: transferFile, key: k.key(transferFile), prefix: "." + base + ".",
+		what: "the transfer file, or its instance lock or journal beside it"}}}
 	for _, e := range extra {
 		if e != "" {
-			p.extra = append(p.extra, protectedFile{path: e, key: k.key(e)})
+			p.files = append(p.files, protectedFile{path: e, key: k.key(e), prefix: "." + filepath.Base(e) + ".tmp",
+				what: "a file of the daemon's (or its temporary)"})
 		}
 	}
 	return p
 }
 
 // check returns why a DESTINATION of key d may not be written, nil if it
-// may.
+// may. A name compares within its directory, so a DESTINATION reaching the
+// file through a symbolic link or ".." is refused too.
 func (p protected) check(dest string, d fileKey) error {
-	inCtl := p.ctl.ino != 0 && d.dev == p.ctl.dev && d.ino == p.ctl.ino && !strings.Contains(d.rest, "/")
-	if inCtl || filepath.Dir(filepath.Clean(dest)) == p.ctlDir {
-		return fmt.Errorf("DESTINATION %s is in the control directory %s, which holds the transfer file, its lock and its journal", dest, p.ctlDir)
-	}
-	for _, f := range p.extra {
-		same := d.dev == f.key.dev && d.ino == f.key.ino
-		if same && (d.rest == f.key.rest || strings.HasPrefix(d.rest, "."+f.key.rest+".tmp")) {
-			return fmt.Errorf("DESTINATION %s is the daemon's file %s (or its temporary)", dest, f.path)
+	dir, name := filepath.Split(d.rest)
+	for _, f := range p.files {
+		fdir, fname := filepath.Split(f.key.rest)
+		if d.dev != f.key.dev || d.ino != f.key.ino || dir != fdir {
+			continue
+		}
+		if name == fname || strings.HasPrefix(name, f.prefix) {
+			return fmt.Errorf("DESTINATION %s is %s %s", dest, f.what, f.path)
 		}
 	}
 	return nil
@@ -135,9 +137,9 @@ func (p protected) check(dest string, d fileKey) error {
 //     (and removed as) a partial copy;
 //   - a DESTINATION that is a FILES source (its own or another entry's):
 //     the copy would overwrite a source, perhaps before it is copied;
-//   - a DESTINATION in the control directory, or that is another file of
-//     the daemon's (prot): the copy would replace the transfer file, the
-//     instance lock or the journal.
+//   - a DESTINATION that is one of the daemon's own files (prot): the copy
+//     would replace the transfer file, the instance lock, the journal or
+//     the metrics file.
 //
 // The reason is set in problems, at the entry's index, unless one is there
 // already. Paths are compared as the files they name (see fileKey), so an

@@ -33,22 +33,22 @@ func TestDestinationAliasesRefused(t *testing.T) {
 			return []entry{{"b", filepath.Join(n.pfs, "cache-link", "ok.ckpt"), "is the source of FILES entry"}}
 		}},
 		{"the transfer file", func(n *node) []entry {
-			return []entry{{"a", n.transfer, "in the control directory"}}
+			return []entry{{"a", n.transfer, "is the transfer file"}}
 		}},
 		{"the transfer file through a symlink", func(n *node) []entry {
-			return []entry{{"a", filepath.Join(n.root, "ctl-link", "transfer.scrinfo"), "in the control directory"}}
+			return []entry{{"a", filepath.Join(n.root, "ctl-link", "transfer.scrinfo"), "is the transfer file"}}
 		}},
 		{"the transfer file through ..", func(n *node) []entry {
-			return []entry{{"a", filepath.Join(n.pfs, "ckpt.1") + "/../../ctl/transfer.scrinfo", "in the control directory"}}
+			return []entry{{"a", filepath.Join(n.pfs, "ckpt.1") + "/../../ctl/transfer.scrinfo", "is the transfer file"}}
 		}},
 		{"the lock file", func(n *node) []entry {
-			return []entry{{"a", instance.LockPath(n.transfer), "in the control directory"}}
+			return []entry{{"a", instance.LockPath(n.transfer), "its instance lock"}}
 		}},
 		{"the journal", func(n *node) []entry {
-			return []entry{{"a", hashfile.JournalPath(n.transfer), "in the control directory"}}
+			return []entry{{"a", hashfile.JournalPath(n.transfer), "journal"}}
 		}},
 		{"the metrics file through a symlink", func(n *node) []entry {
-			return []entry{{"a", filepath.Join(n.root, "mon-link", "scr.prom"), "the daemon's file"}}
+			return []entry{{"a", filepath.Join(n.root, "mon-link", "scr.prom"), "a file of the daemon's"}}
 		}},
 	}
 	for _, tc := range cases {

@@ -26,20 +26,22 @@ func (l *Lock) Watch(ctx context.Context, interval time.Duration, retaken func(p
 		defer close(out)
 		n := newNotifier()
 		defer n.close()
-		for {
+		for ctx.Err() == nil {
+			// Watch the file, then check: a removal before the watch
+			// was added is seen by the check, one after by the watch.
 			n.add(l.Path())
-			n.wait(ctx, interval)
-			if ctx.Err() != nil {
-				return
-			}
 			again, err := l.Check()
 			if err != nil {
 				out <- err
 				return
 			}
-			if again && retaken != nil {
-				retaken(l.Path())
+			if again {
+				if retaken != nil {
+					retaken(l.Path())
+				}
+				continue // watch the new file at once
 			}
+			n.wait(ctx, interval)
 		}
 	}()
 	return out
