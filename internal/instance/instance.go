@@ -236,7 +236,7 @@ func (l *Lock) Check() (retaken bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {
-		return false, fmt.Errorf("lock %s: closed", l.path)
+		return false, fmt.Errorf("lock %s: %w", l.path, errClosed)
 	}
 	if same, err := samePath(l.f, l.path); err == nil && same {
 		if !l.pid {
@@ -255,6 +255,9 @@ func (l *Lock) Check() (retaken bool, err error) {
 	l.f, l.pid = f, writePID(f) == nil
 	return true, nil
 }
+
+// errClosed is the error of Check on a closed Lock.
+var errClosed = errors.New("closed")
 
 // Close releases the lock. The lock file stays: removing it would let a
 // process that opened it just before lock a file no one else can find.

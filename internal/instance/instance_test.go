@@ -356,3 +356,24 @@ func TestWatchNoticesRemovalAtOnce(t *testing.T) {
 		t.Fatal("Watch sent an error on cancel")
 	}
 }
+
+// TestWatchEndsWithTheLock: Watch of a closed lock ends without an error,
+// so a daemon's run that returns leaves no watch behind.
+func TestWatchEndsWithTheLock(t *testing.T) {
+	l, err := Acquire(filepath.Join(t.TempDir(), "transfer.scrinfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := l.Watch(context.Background(), 10*time.Millisecond, nil)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err, ok := <-lost:
+		if ok {
+			t.Fatalf("Watch of a closed lock sent %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Watch went on after the lock was closed")
+	}
+}

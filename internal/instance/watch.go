@@ -18,8 +18,8 @@ const watchPoll = 100 * time.Millisecond
 // reports on the file), until ctx is done. Each time the lock is taken
 // again, retaken is called with the lock file's path. When the lock
 // cannot be kept, the returned channel receives the *LostError and Watch
-// ends; the caller must stop serving the transfer file. The channel is
-// closed when Watch ends.
+// ends; the caller must stop serving the transfer file. Watch also ends
+// once the lock is closed. The channel is closed when Watch ends.
 func (l *Lock) Watch(ctx context.Context, interval time.Duration, retaken func(path string)) <-chan error {
 	out := make(chan error, 1)
 	go func() {
@@ -31,6 +31,9 @@ func (l *Lock) Watch(ctx context.Context, interval time.Duration, retaken func(p
 			// was added is seen by the check, one after by the watch.
 			n.add(l.Path())
 			again, err := l.Check()
+			if errors.Is(err, errClosed) {
+				return // released: nothing left to keep
+			}
 			if err != nil {
 				out <- err
 				return
