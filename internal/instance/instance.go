@@ -289,7 +289,9 @@ func (l *Lock) Path() string {
 }
 
 // Holder tells whether a process holds the instance lock of transferFile,
-// and its PID if so (0 when the lock file does not say). It probes with a
+// and its PID if so: the holder /proc/locks names, else the PID written in
+// the lock file (0 when neither says; a written PID may be a dead
+// daemon's, or be missing when there was no room for it). It probes with a
 // shared lock taken and dropped at once, so it never keeps a daemon from
 // starting. A missing lock file means no holder.
 func Holder(transferFile string) (pid int, held bool, err error) {
@@ -307,7 +309,7 @@ func Holder(transferFile string) (pid int, held bool, err error) {
 	case err == nil:
 		return 0, false, nil // Close drops the probe's lock
 	case errors.Is(err, unix.EWOULDBLOCK):
-		return readPID(f), true, nil
+		return heldBy(f, path).PID, true, nil
 	default:
 		return 0, false, fmt.Errorf("probe lock %s: %w", path, err)
 	}

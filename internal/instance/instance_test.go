@@ -267,6 +267,9 @@ func TestHolderFromProcLocks(t *testing.T) {
 	if _, err := Acquire(tf); !errors.As(err, &he) || he.PID != h.cmd.Process.Pid {
 		t.Fatalf("Acquire: %v, want a HeldError naming PID %d", err, h.cmd.Process.Pid)
 	}
+	if pid, held, err := Holder(tf); err != nil || !held || pid != h.cmd.Process.Pid {
+		t.Fatalf("Holder = %d %v %v, want PID %d", pid, held, err, h.cmd.Process.Pid)
+	}
 }
 
 // TestCheckTakesTheLockAgain: the lock file, or its whole directory,
