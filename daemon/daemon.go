@@ -72,6 +72,7 @@ type daemon struct {
 	flushStarted time.Time             // the flush under way began, zero when none
 	flushCopied  int64                 // copied when it began
 	lost         <-chan error          // the instance lock lost to another process (instance.go)
+	recheck      recheck               // when refusals found by comparing files are worked out again (entries.go)
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
@@ -372,7 +373,7 @@ func (d *daemon) shutdown() error {
 // them, and at 100,000 entries working it out costs maps of every path.
 func (d *daemon) readView(t *hashfile.Tree) transfer.View {
 	v := transfer.Read(t)
-	if len(d.refused) != len(v.Files) || !sameEntries(d.view.Files, v.Files) {
+	if len(d.refused) != len(v.Files) || !sameEntries(d.view.Files, v.Files) || d.recheck.due(time.Now()) {
 		d.refused = d.refusals(v.Files)
 	}
 	for i := range v.Files {
@@ -391,7 +392,8 @@ func (d *daemon) refusals(files []transfer.File) []error {
 		out[i] = d.confine(files[i])
 	}
 	k := keyer{}
-	refuseConflicts(files, out, k, k.protect(d.cfg.TransferFile, d.cfg.Protect))
+	byFile := refuseConflicts(files, out, k, k.protect(d.cfg.TransferFile, d.cfg.Protect))
+	d.recheck.after(time.Now(), byFile, d.cfg.RetryMin, d.cfg.RetryMax)
 	return out
 }
 
@@ -1011,6 +1013,9 @@ func (d *daemon) nextRetry() (time.Time, bool) {
 		if !found || r.at.Before(at) {
 			at, found = r.at, true
 		}
+	}
+	if !d.recheck.at.IsZero() && (!found || d.recheck.at.Before(at)) {
+		at, found = d.recheck.at, true
 	}
 	return at, found
 }

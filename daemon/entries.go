@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -143,8 +144,11 @@ func (p protected) check(dest string, d fileKey) error {
 //
 // The reason is set in problems, at the entry's index, unless one is there
 // already. Paths are compared as the files they name (see fileKey), so an
-// alias through a symbolic link or ".." is the same path.
-func refuseConflicts(files []transfer.File, problems []error, k keyer, prot protected) {
+// alias through a symbolic link or ".." is the same path. What they name
+// can change with the file system (a link swapped in, then back), so
+// refuseConflicts reports whether it refused any entry by comparing files:
+// those refusals are to be worked out again (see recheck).
+func refuseConflicts(files []transfer.File, problems []error, k keyer, prot protected) (byFile bool) {
 	keys := make([]fileKey, len(files))
 	dests := make(map[fileKey][]int, len(files))
 	srcs := make(map[fileKey]string, len(files))
@@ -159,13 +163,14 @@ func refuseConflicts(files []transfer.File, problems []error, k keyer, prot prot
 		if problems[i] == nil {
 			problems[i] = err
 		}
+		byFile = true
 	}
 	for i, f := range files {
 		if f.Dest == "" {
 			continue
 		}
-		if strings.HasSuffix(filepath.Clean(f.Dest), flush.PartialSuffix) {
-			refuse(i, fmt.Errorf("DESTINATION %s ends in %s, the suffix of the daemon's partial copies", f.Dest, flush.PartialSuffix))
+		if strings.HasSuffix(filepath.Clean(f.Dest), flush.PartialSuffix) && problems[i] == nil {
+			problems[i] = fmt.Errorf("DESTINATION %s ends in %s, the suffix of the daemon's partial copies", f.Dest, flush.PartialSuffix)
 		}
 		if err := prot.check(f.Dest, keys[i]); err != nil {
 			refuse(i, err)
@@ -185,7 +190,32 @@ func refuseConflicts(files []transfer.File, problems []error, k keyer, prot prot
 			refuse(i, fmt.Errorf("DESTINATION %s is also the DESTINATION of FILES entry %s%s", f.Dest, files[other].Src, alias(f.Dest, files[other].Dest)))
 		}
 	}
+	return byFile
 }
+
+// recheck is when the refusals found by comparing files are worked out
+// again: they may have come from a moment's state of the file system (a
+// directory swapped for a link and back), and while they stand nothing else
+// makes the daemon look again. The wait doubles from the retry back-off's
+// floor to its ceiling while they last; the zero value means none stand.
+type recheck struct {
+	delay time.Duration
+	at    time.Time
+}
+
+// after schedules the next look, after a computation at now that found
+// refusals by comparing files (byFile) or none.
+func (r *recheck) after(now time.Time, byFile bool, lo, hi time.Duration) {
+	if !byFile {
+		*r = recheck{}
+		return
+	}
+	r.delay = backoffCeiling(r.delay, lo, hi)
+	r.at = now.Add(r.delay)
+}
+
+// due reports whether the refusals are to be worked out again at now.
+func (r recheck) due(now time.Time) bool { return !r.at.IsZero() && !now.Before(r.at) }
 
 // alias notes that two DESTINATIONs that name one file differ as paths.
 func alias(a, b string) string {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
@@ -77,5 +78,52 @@ func TestRefuseConflictsComparesFiles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRecheck: refusals found by comparing files are worked out again
+// after the retry back-off, doubling while they last and forgotten once
+// none stands; a clock is passed in.
+func TestRecheck(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	lo, hi := time.Second, 4*time.Second
+	var r recheck
+	steps := []struct {
+		byFile  bool
+		wantIn  time.Duration // next look this long after the step's now; 0: none
+		dueJust bool          // due at exactly that instant
+	}{
+		{true, time.Second, true},
+		{true, 2 * time.Second, true},
+		{true, 4 * time.Second, true},
+		{true, 4 * time.Second, true},
+		{false, 0, false},
+		{true, time.Second, true},
+	}
+	now := t0
+	for i, s := range steps {
+		r.after(now, s.byFile, lo, hi)
+		if s.wantIn == 0 {
+			if !r.at.IsZero() || r.due(now.Add(time.Hour)) {
+				t.Fatalf("step %d: a look scheduled (%v) with no refusal by file", i, r.at)
+			}
+			continue
+		}
+		if got := r.at.Sub(now); got != s.wantIn {
+			t.Fatalf("step %d: next look in %v, want %v", i, got, s.wantIn)
+		}
+		if r.due(now.Add(s.wantIn-time.Nanosecond)) || r.due(now.Add(s.wantIn)) != s.dueJust {
+			t.Fatalf("step %d: due before its time, or not at it", i)
+		}
+		now = r.at
+	}
+	files := []transfer.File{{Src: "/c/a", Dest: "/p/x", Size: 1}, {Src: "/c/b", Dest: "/p/x", Size: 1}}
+	k := keyer{}
+	if !refuseConflicts(files, make([]error, 2), k, k.protect("/ctl/t", nil)) {
+		t.Fatal("a duplicate DESTINATION not reported as refused by comparing files")
+	}
+	files[1].Dest = "/p/y"
+	if refuseConflicts(files, make([]error, 2), k, k.protect("/ctl/t", nil)) {
+		t.Fatal("distinct DESTINATIONs reported as refused")
 	}
 }
