@@ -83,7 +83,7 @@ func torn(oldImg, newImg []byte, k int) []byte {
 // journal (in memory), and an update writes the completed image in place,
 // exactly the new image, and marks the record applied.
 func TestJournalCompletesATornRewrite(t *testing.T) {
-	path, oldImg, newImg, jrnl := journalFixture(t, 3000)
+	path, oldImg, newImg, jrnl := journalFixture(t, 1000)
 	if len(newImg) < 4*journalPage {
 		t.Fatalf("fixture of %d bytes, want several pages", len(newImg))
 	}
@@ -100,7 +100,7 @@ func TestJournalCompletesATornRewrite(t *testing.T) {
 		if err != nil {
 			t.Fatalf("cut at %d: read: %v", k, err)
 		}
-		if w, _ := got.Lookup("FILES", "/cache/rank2999.ckpt").Value("WRITTEN"); w != "65536" {
+		if w, _ := got.Lookup("FILES", "/cache/rank999.ckpt").Value("WRITTEN"); w != "65536" {
 			t.Fatalf("cut at %d: read completes to WRITTEN %q, want 65536", k, w)
 		}
 		if !bytes.Equal(readFile(t, path), b) {
