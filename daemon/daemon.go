@@ -73,6 +73,11 @@ type daemon struct {
 	flushCopied  int64                 // copied when it began
 	lost         <-chan error          // the instance lock lost to another process (instance.go)
 	recheck      recheck               // when refusals found by comparing files are worked out again (entries.go)
+	autoLogged   float64               // BW auto's rate last logged (bwauto.go)
+
+	// topProblems are the top-level problems of the last pass (BW,
+	// PERCENT, COMMAND values): each is logged when it appears.
+	topProblems map[string]bool
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
@@ -105,6 +110,9 @@ type job struct {
 	grace context.Context
 	// quiet: a file of a batch logged as a whole; its own lines are debug.
 	quiet bool
+	// data is, once the copy returned, the bytes of data it transferred
+	// (holes of a SIONlib container not counted): the rate's numerator.
+	data int64
 }
 
 // level is the level of the lines about j's file: info, debug for a file
@@ -136,8 +144,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.TransferFile = path
 	cfg.Flush.VerifyAfter = cfg.Verify.after()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("control directory of %s: %w", path, err)
+	if err := controlDir(filepath.Dir(path), cfg.CreateDir); err != nil {
+		return err
 	}
 	for _, p := range append(append([]string{}, cfg.AllowSrc...), cfg.AllowDest...) {
 		if !filepath.IsAbs(p) {
@@ -170,6 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	th := flush.NewThrottle()
+	th.SetAuto(cfg.BWAuto)
 	d := &daemon{
 		ctx:      ctx,
 		beat:     cfg.Heartbeat,
@@ -280,6 +289,7 @@ func (d *daemon) loop(ctx context.Context) error {
 		case <-progress:
 			d.report()
 			d.logThrottle()
+			d.logAuto()
 		case <-progressLog:
 			d.logProgress()
 		case <-heartbeat:
@@ -575,7 +585,7 @@ func (d *daemon) flushComplete(v transfer.View, ended time.Time) {
 		elapsed := ended.Sub(d.flushStarted)
 		copied := d.copied.Load() - d.flushCopied
 		fields = append(fields, logging.Bytes("copied", copied), zap.Duration("elapsed", elapsed),
-			logging.Rate("average_rate", float64(copied)/max(elapsed.Seconds(), 1e-9)))
+			logging.Rate("average_rate", rate.Average(copied, elapsed)))
 	}
 	d.log.Info("flush complete: FLAG DONE set", fields...)
 	d.flushStarted = time.Time{}
@@ -591,8 +601,10 @@ func (d *daemon) logProgress() {
 	rate := d.jobRate()
 	fields := []zap.Field{zap.String("src", f.Src), logging.Bytes("written", n), logging.Bytes("size", f.Size),
 		zap.Float64("percent", float64(int64(1000*float64(n)/float64(max(f.Size, 1))))/10), logging.Rate("rate", rate)}
-	if rate > 0 {
-		fields = append(fields, zap.Duration("eta", time.Duration(float64(f.Size-n)/rate*float64(time.Second))))
+	if rate > 0 { // a meter is set
+		if eta, ok := d.meter.ETA(time.Now(), f.Size-n, 0); ok {
+			fields = append(fields, zap.Duration("eta", eta))
+		}
 	}
 	d.log.Info("progress", fields...)
 }
@@ -610,7 +622,7 @@ func (d *daemon) logThrottle() {
 	d.log.Debug("throttle paused the copy", zap.Uint64("pauses", ts.Sleeps-d.throttled),
 		zap.Uint64("pauses_total", ts.Sleeps), zap.Duration("paused_total", ts.Slept),
 		limitField("bw_limit", d.limits.bw, logging.Rate("bw_limit", d.limits.bw)),
-		limitField("percent_limit", d.limits.percent, zap.Float64("percent_limit", d.limits.percent)))
+		percentField("percent_limit", d.limits.percent))
 	d.throttled = ts.Sleeps
 }
 
@@ -625,12 +637,21 @@ func (d *daemon) fileError(err error) {
 		if write {
 			d.log.Error("cannot rewrite the transfer file; its old image is intact, retrying", zap.Error(err))
 		} else {
-			d.log.Error("cannot use the transfer file; keeping the last good view", zap.Error(err))
+			d.log.Error("cannot use the transfer file; keeping the last good view", zap.Error(err), repairHint(err, d.cfg.TransferFile))
 		}
 	}
 	r := &d.fileRetry
 	r.delay = min(max(r.delay*2, d.cfg.RetryMin), d.cfg.RetryMax)
 	r.at = time.Now().Add(r.delay)
+}
+
+// repairHint is the log field that tells an operator the way out of a
+// transfer file that does not decode, and a skipped field otherwise.
+func repairHint(err error, path string) zap.Field {
+	if !errors.Is(err, hashfile.ErrFormat) {
+		return zap.Skip()
+	}
+	return zap.String("action", fmt.Sprintf("'scr-ctl repair --dry-run %s' says what can be kept; 'scr-ctl repair %s' keeps it and saves the corrupt file beside it", path, path))
 }
 
 // fileUsable ends a transfer-file problem.
@@ -675,15 +696,10 @@ func (d *daemon) applyLimits(v transfer.View) {
 			msg = "limits"
 		}
 		d.log.Info(msg, limitField("bw", next.bw, logging.Rate("bw", next.bw)),
-			limitField("percent", next.percent, zap.Float64("percent", next.percent)))
+			percentField("percent", next.percent))
 		d.limits = &next
 	}
-	for _, p := range v.Problems {
-		if key := "top " + p.Error(); !d.problems[key] {
-			d.problems[key] = true
-			d.log.Warn("malformed value in the transfer file ignored", zap.Error(p))
-		}
-	}
+	d.topProblems = warnProblems(d.log, v.Problems, d.topProblems, next)
 }
 
 // limitField is a BW or PERCENT for the log: "unlimited" for 0.
@@ -807,8 +823,7 @@ func (d *daemon) start(f transfer.File) {
 	j.durable.Store(f.Written)
 	d.job = j
 	d.beat.workerStart()
-	d.log.Info("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
-		logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
+	d.logAttempt(f, d.retries[f.Src])
 	go func() {
 		r := result{job: j}
 		r.res, r.warnings, r.err = d.copyFile(ctx, j)
@@ -895,6 +910,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		c = j.copier
 	}
 	res, err := c.Copy(ctx, fj, commit)
+	j.data = v.dataBetween(f.Written, f.Size)
 	return res, v.warnings(), err
 }
 
@@ -909,7 +925,7 @@ func (d *daemon) finish(r result) {
 		for _, sub := range r.batch {
 			if sub.err == nil && sub.res.Complete {
 				files++
-				bytes += sub.job.file.Size - sub.job.from
+				bytes += sub.job.data
 			}
 			d.finish(sub)
 		}
@@ -917,7 +933,7 @@ func (d *daemon) finish(r result) {
 			elapsed := time.Since(r.job.started)
 			d.log.Info("flushed a batch of files", zap.Int("files", files), logging.Bytes("bytes", bytes),
 				zap.String("first", r.batch[0].job.file.Src), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", float64(bytes)/max(elapsed.Seconds(), 1e-9)))
+				logging.Rate("average_rate", rate.Average(bytes, elapsed)))
 		}
 		return
 	}
@@ -942,9 +958,12 @@ func (d *daemon) finish(r result) {
 		// last record and FLAG DONE.
 		if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
 			elapsed := d.lastOK.Sub(r.job.started)
+			// copied: this attempt's data bytes, which elapsed and the
+			// rate are about (a resumed file's size is not, nor holes).
 			ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
+				logging.Bytes("copied", r.job.data),
 				zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", float64(f.Size-r.job.from)/max(elapsed.Seconds(), 1e-9)))
+				logging.Rate("average_rate", rate.Average(r.job.data, elapsed)))
 		}
 	case r.err == nil:
 		// Stopped without an error: nothing to record.
@@ -1030,8 +1049,9 @@ func (d *daemon) forgetRetries(v transfer.View) {
 	for _, f := range v.Files {
 		present[f.Src] = true
 	}
-	for src := range d.retries {
+	for src, r := range d.retries {
 		if !present[src] {
+			d.logGaveUp(src, r)
 			delete(d.retries, src)
 		}
 	}
@@ -1075,6 +1095,10 @@ func (d *daemon) report() {
 	}
 	ts := d.throttle.Stats()
 	s.ThrottleSleeps, s.ThrottleSlept = ts.Sleeps, ts.Slept
+	s.BWAuto = d.throttle.AutoRate()
+	if d.limits != nil {
+		s.BWLimit, s.PercentLimit = d.limits.bw, d.limits.percent
+	}
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	if s != d.lastShown {

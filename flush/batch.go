@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/scr-transferd/scr-transferd/flush/autobw"
 	"github.com/scr-transferd/scr-transferd/internal/prefault"
 )
 
@@ -392,9 +393,12 @@ func (b *Batch) syncData(beside func(), errs []error) (syncMode, error) {
 		if _, ok := m.syncfs[r.tmpStat.Dev]; ok || errs[i] != nil {
 			continue
 		}
+		began := b.t.clock()
 		if err := fsync(r.tmp); err != nil {
 			m.failed[r] = err
+			continue
 		}
+		b.t.observe(began, autobw.Commit, r.unsynced)
 	}
 	return m, nil
 }

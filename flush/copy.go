@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/flush/autobw"
 )
 
 // Defaults and bounds for Options.
@@ -693,9 +695,11 @@ func (r *run) copyData() error {
 			// the copy (the partial copy ends before them until extended).
 			hole := r.seg.inTail(off) && allZero(p)
 			if !hole {
+				began := t.clock()
 				if err := pwriteFull(r.tmp, p, off); err != nil {
 					return osErr(r.dstName(), "cannot write partial copy "+r.tmpPath, err)
 				}
+				t.observe(began, autobw.Write, int64(n))
 			}
 			if r.check != nil {
 				if err := r.check.Feed(off, p); err != nil {
@@ -850,9 +854,11 @@ func (r *run) syncTemp(size int64) error {
 	if err := r.extendTemp(size); err != nil {
 		return err
 	}
+	began := r.c.t.clock()
 	if err := fsync(r.tmp); err != nil {
 		return osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, err)
 	}
+	r.c.t.observe(began, autobw.Commit, r.unsynced)
 	r.unsynced, r.lastSync = 0, time.Now()
 	r.dropCache()
 	return nil

@@ -160,7 +160,7 @@ func TestDemoCtlCommand(t *testing.T) {
 }
 
 // TestDemoScreens compares the demo's screen at 80 and 100 columns with the
-// golden files (regenerate with SCR_UPDATE_GOLDEN=1), after replacing what
+// golden files (go test -update rewrites them, as it does every golden file), after replacing what
 // varies between runs: the directory, the measured rates and times. Every
 // line fits the width; at 100x30 the whole demo fits the screen, and at
 // 80x24 the summary comes last, so that it is what stays in view.
@@ -190,7 +190,7 @@ func TestDemoScreens(t *testing.T) {
 				t.Errorf("the summary is not on the last screen (line %d of %d)", i+1, len(lines))
 			}
 			golden := filepath.Join("testdata", "demo-"+name+".txt")
-			if os.Getenv("SCR_UPDATE_GOLDEN") != "" {
+			if *update {
 				if err := os.WriteFile(golden, []byte(s), 0o644); err != nil {
 					t.Fatal(err)
 				}
@@ -200,7 +200,7 @@ func TestDemoScreens(t *testing.T) {
 				t.Fatal(err)
 			}
 			if s != string(want) {
-				t.Errorf("the screen differs from %s (SCR_UPDATE_GOLDEN=1 rewrites it):\n%s", golden, s)
+				t.Errorf("the screen differs from %s (go test -update rewrites it):\n%s", golden, s)
 			}
 		})
 	}

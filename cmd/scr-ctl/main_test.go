@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"github.com/scr-transferd/scr-transferd/cache/cachetest"
 	"github.com/scr-transferd/scr-transferd/hashfile"
@@ -14,6 +15,10 @@ import (
 	"testing"
 	"time"
 )
+
+// update makes golden tests rewrite their files in testdata instead of
+// comparing, as in every package of the project: go test -update.
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // Binaries built once for the tests that run real processes.
 var (
@@ -93,7 +98,7 @@ type daemonProc struct {
 // running, and its log is shown if the test failed.
 func startDaemon(t *testing.T, tf string) *daemonProc {
 	t.Helper()
-	cmd := exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", tf)
+	cmd := exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", "--create-dir", tf)
 	d := &daemonProc{cmd: cmd, logs: &bytes.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = d.logs
 	if err := cmd.Start(); err != nil {

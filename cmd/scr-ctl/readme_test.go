@@ -14,14 +14,21 @@ import (
 // command name -> cells (usage, flags, description), with "\|" unescaped.
 func readmeRows(t *testing.T) map[string][]string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	return tableRows(t, "../../README.md")
+}
+
+// tableRows returns the rows of the scr-ctl command table of the markdown
+// file at path, which must have a "## scr-ctl" section.
+func tableRows(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
-	i := strings.Index(s, "\n## scr-ctl")
+	i := strings.Index(s, "\n## scr-ctl\n")
 	if i < 0 {
-		t.Fatal("README: no \"## scr-ctl\" section")
+		t.Fatalf("%s: no \"## scr-ctl\" section", path)
 	}
 	s = s[i+1:]
 	if j := strings.Index(s[1:], "\n## "); j >= 0 {
@@ -55,7 +62,7 @@ func helpFlags(t *testing.T, name string) (usage string, flags []string) {
 	first, rest, _ := strings.Cut(r.stdout, "\n")
 	_, section, ok := strings.Cut(rest, "\nFlags:\n")
 	if ok {
-		for _, m := range regexp.MustCompile(`(?m)^  -(\S+)`).FindAllStringSubmatch(section, -1) {
+		for _, m := range regexp.MustCompile(`(?m)^  --?(\S+)`).FindAllStringSubmatch(section, -1) {
 			flags = append(flags, m[1])
 		}
 	}
