@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,6 +57,7 @@ func (e *HeldError) Error() string {
 // a sticky world-writable control directory (/dev/shm, /tmp) anyone may
 // create a file at the lock's path, and only its owner (or root) may
 // remove it, so the daemon refuses to take a lock another user controls.
+// It wraps fs.ErrPermission: a restart cannot cure it.
 type ForeignError struct {
 	Path string
 	UID  int // the lock file's owner
@@ -185,7 +187,7 @@ func checkOwner(f *os.File, path string) error {
 	if err := flock(f, unix.LOCK_SH|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
 		return heldBy(f, path)
 	}
-	return &ForeignError{Path: path, UID: int(st.Uid), Err: errors.New("owned by another user")}
+	return &ForeignError{Path: path, UID: int(st.Uid), Err: fmt.Errorf("owned by another user: %w", fs.ErrPermission)}
 }
 
 // heldBy returns the *HeldError of the lock file f, taken by another

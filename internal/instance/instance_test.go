@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -378,5 +379,18 @@ func TestWatchEndsWithTheLock(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("Watch went on after the lock was closed")
+	}
+}
+
+// TestForeignErrorIsPermission: a lock file of another user is a
+// permission problem, which a restart cannot cure, however it was found.
+func TestForeignErrorIsPermission(t *testing.T) {
+	for _, e := range []*ForeignError{
+		{Path: "/x/.t.lock", UID: 65534, Err: fmt.Errorf("owned by another user: %w", fs.ErrPermission)},
+		{Path: "/x/.t.lock", UID: 65534, Err: unix.EACCES},
+	} {
+		if !errors.Is(e, fs.ErrPermission) || !strings.Contains(e.Error(), "belongs to uid 65534") {
+			t.Errorf("%v: not a permission error naming the owner", e)
+		}
 	}
 }
