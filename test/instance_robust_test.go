@@ -87,6 +87,13 @@ func TestInstanceLockSurvivesRemoval(t *testing.T) {
 			tc.remove(t, n)
 			second := n.start("--sync-interval=100ms")
 			server := waitOneServes(t, first, second)
+			loser := first
+			if server == first {
+				loser = second
+			}
+			if code := loser.wait(settle); code != 3 {
+				t.Errorf("the daemon that does not serve exited %d, want 3 (another daemon serves the file)", code)
+			}
 			// The library starts over if its file went with the directory.
 			if _, err := os.Stat(n.transfer); err != nil || len(readRaw(t, n.transfer)) == 0 || n.view().Files == nil {
 				n.add(src, n.dest("a.ckpt"))
