@@ -84,6 +84,7 @@ func TestUnitsDoNotRestartPermanentErrors(t *testing.T) {
 		t.Errorf("bad configuration: exit status %d, want 2", code)
 	}
 
+	mustMkdir(t, filepath.Dir(transfer))
 	first := exec.Command(buildDaemon(t, ""), "--log-format=json", transfer)
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
