@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/scr-transferd/scr-transferd/cache/cachetest"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // demoRun runs the demo in process with args and returns its result.
@@ -160,7 +161,7 @@ func TestDemoCtlCommand(t *testing.T) {
 }
 
 // TestDemoScreens compares the demo's screen at 80 and 100 columns with the
-// golden files (regenerate with SCR_UPDATE_GOLDEN=1), after replacing what
+// golden files (go test -run TestDemoScreens -update rewrites them), after replacing what
 // varies between runs: the directory, the measured rates and times. Every
 // line fits the width; at 100x30 the whole demo fits the screen, and at
 // 80x24 the summary comes last, so that it is what stays in view.
@@ -189,19 +190,7 @@ func TestDemoScreens(t *testing.T) {
 			if i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "Done: ") }); i < len(lines)-size.h+1 || i < 0 {
 				t.Errorf("the summary is not on the last screen (line %d of %d)", i+1, len(lines))
 			}
-			golden := filepath.Join("testdata", "demo-"+name+".txt")
-			if os.Getenv("SCR_UPDATE_GOLDEN") != "" {
-				if err := os.WriteFile(golden, []byte(s), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s != string(want) {
-				t.Errorf("the screen differs from %s (SCR_UPDATE_GOLDEN=1 rewrites it):\n%s", golden, s)
-			}
+			testenv.Golden(t, filepath.Join("testdata", "demo-"+name+".txt"), []byte(s))
 		})
 	}
 }
