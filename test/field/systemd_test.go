@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -381,6 +382,7 @@ func (j *unitJob) stop() {
 // from WRITTEN, systemctl stop records STATE EXITING and leaves the cache
 // and transfer file in place, and a later start resumes from WRITTEN.
 func TestSystemdUnit(t *testing.T) {
+	testenv.Long(t, "boots the systemd container's unit through a whole flush")
 	t.Parallel()
 	c := nspawnContainer(t)
 	installUnits(t, c)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // The container's one-node Slurm cluster: ports apart from the host
@@ -284,6 +286,7 @@ func procsIn(pidNS string) []jobProc {
 // daemon, every checkpoint arrives byte for byte, and afterwards the unit
 // is stopped and nothing of the job is left running.
 func TestSlurmSystemdJob(t *testing.T) {
+	testenv.Long(t, "a Slurm job running the daemon as a user unit")
 	t.Parallel()
 	c := nspawnContainer(t)
 	uid := containerSlurm(t, c)
@@ -313,6 +316,7 @@ func TestSlurmSystemdJob(t *testing.T) {
 // stops the unit (it lives outside the job's processes, so Slurm alone
 // would leave it running) and leaves nothing of the job running.
 func TestSlurmSystemdJobCancelled(t *testing.T) {
+	testenv.Long(t, "a cancelled Slurm job running the daemon as a user unit")
 	t.Parallel()
 	c := nspawnContainer(t)
 	uid := containerSlurm(t, c)
