@@ -52,19 +52,8 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	t.Helper()
-	root := t.TempDir()
-	n := &node{
-		t:        t,
-		root:     root,
-		cache:    filepath.Join(root, "cache"),
-		pfs:      filepath.Join(root, "pfs"),
-		transfer: filepath.Join(root, "ctl", "transfer.scrinfo"),
-	}
-	for _, d := range []string{n.cache, n.pfs, filepath.Dir(n.transfer)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d := testenv.NewNode(t)
+	n := &node{t: t, root: d.Root, cache: d.Cache, pfs: d.PFS, transfer: d.Transfer}
 	n.store = hashfile.NewStore(n.transfer, hashfile.Flock)
 	return n
 }

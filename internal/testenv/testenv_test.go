@@ -351,3 +351,19 @@ func TestLong(t *testing.T) {
 		}
 	}
 }
+
+func TestNewNode(t *testing.T) {
+	n := NewNode(t)
+	for _, d := range []string{n.Cache, n.PFS, n.Control} {
+		fi, err := os.Stat(d)
+		if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 || filepath.Dir(d) != n.Root {
+			t.Fatalf("%s: %v (%v), want a 0755 directory in %s", d, fi.Mode(), err, n.Root)
+		}
+	}
+	if n.Transfer != filepath.Join(n.Control, "transfer.scrinfo") {
+		t.Fatalf("transfer file %s", n.Transfer)
+	}
+	if _, err := os.Stat(n.Transfer); !os.IsNotExist(err) {
+		t.Fatalf("the transfer file exists before the library or the daemon made it: %v", err)
+	}
+}
