@@ -568,7 +568,7 @@ func (d *daemon) flushComplete(v transfer.View, ended time.Time) {
 		elapsed := ended.Sub(d.flushStarted)
 		copied := d.copied.Load() - d.flushCopied
 		fields = append(fields, logging.Bytes("copied", copied), zap.Duration("elapsed", elapsed),
-			logging.Rate("average_rate", float64(copied)/max(elapsed.Seconds(), 1e-9)))
+			logging.Rate("average_rate", rate.Average(copied, elapsed)))
 	}
 	d.log.Info("flush complete: FLAG DONE set", fields...)
 	d.flushStarted = time.Time{}
@@ -584,8 +584,10 @@ func (d *daemon) logProgress() {
 	rate := d.jobRate()
 	fields := []zap.Field{zap.String("src", f.Src), logging.Bytes("written", n), logging.Bytes("size", f.Size),
 		zap.Float64("percent", float64(int64(1000*float64(n)/float64(max(f.Size, 1))))/10), logging.Rate("rate", rate)}
-	if rate > 0 {
-		fields = append(fields, zap.Duration("eta", time.Duration(float64(f.Size-n)/rate*float64(time.Second))))
+	if rate > 0 { // a meter is set
+		if eta, ok := d.meter.ETA(time.Now(), f.Size-n, 0); ok {
+			fields = append(fields, zap.Duration("eta", eta))
+		}
 	}
 	d.log.Info("progress", fields...)
 }
@@ -910,7 +912,7 @@ func (d *daemon) finish(r result) {
 			elapsed := time.Since(r.job.started)
 			d.log.Info("flushed a batch of files", zap.Int("files", files), logging.Bytes("bytes", bytes),
 				zap.String("first", r.batch[0].job.file.Src), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", float64(bytes)/max(elapsed.Seconds(), 1e-9)))
+				logging.Rate("average_rate", rate.Average(bytes, elapsed)))
 		}
 		return
 	}
@@ -937,7 +939,7 @@ func (d *daemon) finish(r result) {
 			elapsed := d.lastOK.Sub(r.job.started)
 			ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
 				zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", float64(f.Size-r.job.from)/max(elapsed.Seconds(), 1e-9)))
+				logging.Rate("average_rate", rate.Average(f.Size-r.job.from, elapsed)))
 		}
 	case r.err == nil:
 		// Stopped without an error: nothing to record.

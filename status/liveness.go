@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"time"
 
 	"github.com/scr-transferd/scr-transferd/internal/instance"
 	"github.com/scr-transferd/scr-transferd/transfer"
@@ -16,6 +17,11 @@ type Liveness struct {
 	Serving bool
 	PID     int    // the daemon's PID when known, else 0
 	Reason  string // what the answer rests on, for messages
+	// Since is when the serving daemon took its instance lock: the lock
+	// file's modification time, which the daemon sets by writing its PID
+	// into it when it starts. Zero when not serving or not known (no lock
+	// file, or one that cannot be probed).
+	Since time.Time
 }
 
 // Probe tells whether a daemon serves transferFile, whose latest reading is
@@ -47,7 +53,11 @@ func Probe(transferFile string, v transfer.View) (Liveness, error) {
 		case v.State == transfer.Exiting:
 			return Liveness{PID: pid, Reason: fmt.Sprintf("the daemon (PID %d) recorded STATE EXITING: it is leaving", pid)}, nil
 		}
-		return Liveness{Serving: true, PID: pid, Reason: fmt.Sprintf("served by PID %d (lock %s)", pid, lock)}, nil
+		lv := Liveness{Serving: true, PID: pid, Reason: fmt.Sprintf("served by PID %d (lock %s)", pid, lock)}
+		if fi, err := os.Lstat(lock); err == nil {
+			lv.Since = fi.ModTime()
+		}
+		return lv, nil
 	case !errors.Is(err, fs.ErrNotExist):
 		note = fmt.Sprintf("the lock cannot be probed: %v", err)
 	default:

@@ -31,6 +31,29 @@ type Report struct {
 	// the file holds none that describes the flush it asks for.
 	Flush    *Flush   `json:"flush"`
 	Problems []string `json:"problems,omitempty"` // malformed top-level values
+	// Daemon says whether a daemon serves the file; null when not probed.
+	Daemon *Daemon `json:"daemon"`
+}
+
+// Daemon is whether a daemon serves the transfer file, from its instance
+// lock (Probe).
+type Daemon struct {
+	Serving bool `json:"serving"`
+	PID     int  `json:"pid,omitempty"` // the serving daemon's PID, when known
+	// Since is when the serving daemon took its instance lock (its start);
+	// null when no daemon serves the file or the time is not known.
+	Since  *time.Time `json:"since"`
+	Reason string     `json:"reason"` // what the answer rests on
+}
+
+// SetLiveness records lv, the probe of the daemon, in r.
+func (r *Report) SetLiveness(lv Liveness) {
+	d := &Daemon{Serving: lv.Serving, PID: lv.PID, Reason: lv.Reason}
+	if lv.Serving && !lv.Since.IsZero() {
+		since := lv.Since.UTC()
+		d.Since = &since
+	}
+	r.Daemon = d
 }
 
 // Flush is how long the flush has run and its average rate, from the
@@ -102,30 +125,14 @@ func Build(path string, at time.Time, t *hashfile.Tree, m *Meter) Report {
 	}
 	seen := map[string]bool{}
 	for _, f := range v.Files {
-		fs := File{Source: f.Src, Destination: f.Dest, Size: f.Size, Written: f.Written, Error: f.Error, State: f.State(),
-			Warning: f.Warning}
-		if f.Problem != nil && fs.Error == "" {
-			fs.Error = "malformed FILES entry: " + f.Problem.Error()
-		}
-		if f.HasCRC && fs.State == transfer.StateComplete {
-			fs.CRC = hashfile.FormatCRC(f.CRC)
-		}
+		fs := fileOf(f)
 		if f.Problem == nil {
 			r.Totals.Files++
 			if fs.State == transfer.StateComplete {
 				r.Totals.Complete++
 			}
 			if m != nil {
-				key := f.Src + "\x00" + f.Dest + "\x00" + fmt.Sprint(f.Size)
-				seen[key] = true
-				fm := m.files[key]
-				if fm == nil {
-					fm = rate.New(0)
-					m.files[key] = fm
-				}
-				fm.Observe(at, min(f.Written, f.Size))
-				fs.Rate = rateOf(fm, at)
-				fs.ETA = eta(f.Size-min(f.Written, f.Size), fs.Rate)
+				m.observeFile(&fs, at, v.BW, seen)
 			}
 		}
 		if fs.State == transfer.StateError || fs.State == transfer.StateInvalid {
@@ -133,35 +140,79 @@ func Build(path string, at time.Time, t *hashfile.Tree, m *Meter) Report {
 		}
 		r.Files = append(r.Files, fs)
 	}
-	if p, ok := v.Progress(at); ok {
-		r.Flush = &Flush{Started: p.Started.UTC(), Elapsed: p.Elapsed.Seconds(), Written: p.Written}
-		if p.Ended {
-			end := p.Started.Add(p.Elapsed).UTC()
-			r.Flush.Ended = &end
-		}
-		if avg, ok := p.Average(); ok {
-			r.Flush.Average = &avg
-		}
-	}
+	r.Flush = flushOf(v, at)
 	r.Totals.Size, r.Totals.Written = v.Totals()
 	r.Totals.Pending = r.Totals.Size - r.Totals.Written
 	n := v.Count()
 	r.Complete = v.Done && n[transfer.StateComplete] == len(v.Files)
 	if m != nil {
-		for k := range m.files {
-			if !seen[k] {
-				delete(m.files, k)
-			}
-		}
-		m.total.Observe(at, r.Totals.Written)
-		r.Totals.Rate = rateOf(m.total, at)
-		r.Totals.ETA = eta(r.Totals.Pending, r.Totals.Rate)
-		if avg, ok := m.total.Average(); ok {
-			el := m.total.Elapsed(at).Seconds()
-			r.Totals.Elapsed, r.Totals.Average = &el, &avg
-		}
+		m.observeTotal(&r.Totals, at, v.BW, seen)
 	}
 	return r
+}
+
+// fileOf is the report of one FILES entry, without rates.
+func fileOf(f transfer.File) File {
+	fs := File{Source: f.Src, Destination: f.Dest, Size: f.Size, Written: f.Written, Error: f.Error, State: f.State(),
+		Warning: f.Warning}
+	if f.Problem != nil && fs.Error == "" {
+		fs.Error = "malformed FILES entry: " + f.Problem.Error()
+	}
+	if f.HasCRC && fs.State == transfer.StateComplete {
+		fs.CRC = hashfile.FormatCRC(f.CRC)
+	}
+	return fs
+}
+
+// observeFile feeds the meter of fs, a sound entry read at at, and sets
+// its rate and time left (at most bw); seen collects the meters in use.
+func (m *Meter) observeFile(fs *File, at time.Time, bw float64, seen map[string]bool) {
+	key := fs.Source + "\x00" + fs.Destination + "\x00" + fmt.Sprint(fs.Size)
+	seen[key] = true
+	fm := m.files[key]
+	if fm == nil {
+		fm = rate.New(0)
+		m.files[key] = fm
+	}
+	written := min(fs.Written, fs.Size)
+	fm.Observe(at, written)
+	fs.Rate = rateOf(fm, at)
+	fs.ETA = etaOf(fm, at, fs.Size-written, bw)
+}
+
+// observeTotal feeds the total's meter and sets the totals' rate, time
+// left, elapsed time and average; meters of entries not seen in this
+// reading are dropped.
+func (m *Meter) observeTotal(t *Totals, at time.Time, bw float64, seen map[string]bool) {
+	for k := range m.files {
+		if !seen[k] {
+			delete(m.files, k)
+		}
+	}
+	m.total.Observe(at, t.Written)
+	t.Rate = rateOf(m.total, at)
+	t.ETA = etaOf(m.total, at, t.Pending, bw)
+	if avg, ok := m.total.Average(); ok {
+		el := m.total.Elapsed(at).Seconds()
+		t.Elapsed, t.Average = &el, &avg
+	}
+}
+
+// flushOf times the flush v records, as of at; nil without a record.
+func flushOf(v transfer.View, at time.Time) *Flush {
+	p, ok := v.Progress(at)
+	if !ok {
+		return nil
+	}
+	f := &Flush{Started: p.Started.UTC(), Elapsed: p.Elapsed.Seconds(), Written: p.Written}
+	if p.Ended {
+		end := p.Started.Add(p.Elapsed).UTC()
+		f.Ended = &end
+	}
+	if avg, ok := p.Average(); ok {
+		f.Average = &avg
+	}
+	return f
 }
 
 func rateOf(m *rate.Meter, at time.Time) *float64 {
@@ -172,15 +223,13 @@ func rateOf(m *rate.Meter, at time.Time) *float64 {
 	return &r
 }
 
-// eta returns the seconds needed for left bytes at rate, nil when unknown.
-func eta(left int64, rate *float64) *float64 {
-	if left == 0 {
-		z := 0.0
-		return &z
-	}
-	if rate == nil || *rate <= 0 {
+// etaOf returns the seconds needed for left bytes at m's rate, at most
+// bw when bw > 0 (rate.Meter.ETA); nil when unknown.
+func etaOf(m *rate.Meter, at time.Time, left int64, bw float64) *float64 {
+	d, ok := m.ETA(at, left, bw)
+	if !ok {
 		return nil
 	}
-	s := float64(left) / *rate
+	s := d.Seconds()
 	return &s
 }

@@ -57,7 +57,7 @@ func TestFlushRecordTimesTheFlush(t *testing.T) {
 		return r
 	}
 	if v := n.view(); !v.Done {
-		if out := ctl("status", n.transfer); !strings.Contains(out, " so far, average ") && !n.view().Done {
+		if out := ctl("status", n.transfer); !strings.Contains(out, "  flush ") && !n.view().Done {
 			t.Errorf("status while the flush runs shows no elapsed time and average so far:\n%s", out)
 		}
 	}
@@ -69,7 +69,7 @@ func TestFlushRecordTimesTheFlush(t *testing.T) {
 		t.Fatalf("FLUSH record after DONE: %+v, want STARTED %v and an ENDED after it", v.Flush, first)
 	}
 	out := ctl("status", n.transfer)
-	if !strings.Contains(out, "total: 1 files, 1 complete, 0 in error; took ") || !strings.Contains(out, ", average ") {
+	if !strings.HasPrefix(out, "1/1 file  ") || !strings.Contains(out, "  flush took ") || !strings.Contains(out, "/s\n") {
 		t.Errorf("status after the flush shows no elapsed time and average:\n%s", out)
 	}
 	r := jsonStatus()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/rate"
 )
 
 // Keys of the flush record, this project's extension at the top level of
@@ -132,10 +133,7 @@ type FlushProgress struct {
 // Average returns the bytes written per second over Elapsed; false when
 // no time has passed.
 func (p FlushProgress) Average() (float64, bool) {
-	if p.Elapsed <= 0 {
-		return 0, false
-	}
-	return float64(p.Written) / p.Elapsed.Seconds(), true
+	return rate.Average(p.Written, p.Elapsed), p.Elapsed > 0
 }
 
 // Progress returns the progress of the flush v records, as of now. ok is

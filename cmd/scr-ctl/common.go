@@ -35,7 +35,18 @@ func readExisting(s *hashfile.Store) (*hashfile.Tree, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: no such transfer file", s.Path())
 	}
-	return t, err
+	return t, explainCorrupt(err, s.Path())
+}
+
+// explainCorrupt adds to an error that says the file at path does not
+// decode (hashfile.ErrFormat) what to do about it; other errors, and nil,
+// are returned as they are.
+func explainCorrupt(err error, path string) error {
+	if !errors.Is(err, hashfile.ErrFormat) {
+		return err
+	}
+	return fmt.Errorf("%w\n  the file is corrupt: 'scr-ctl repair --dry-run %s' says what can be kept, "+
+		"'scr-ctl repair %s' keeps it, saves the corrupt file beside it and says what it dropped", err, path, path)
 }
 
 // terminalOf returns the terminal test for w: whether it is a terminal, and

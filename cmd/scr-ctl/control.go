@@ -1,17 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/instance"
 	"github.com/scr-transferd/scr-transferd/internal/units"
+	"github.com/scr-transferd/scr-transferd/status"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -35,6 +39,10 @@ instance lock (where it takes one), so the daemon is gone when it returns.
 ` + helpControlCommon
 
 const helpControlCommon = `
+Without --wait the command returns at once, with a warning on stderr (exit
+status 0) when no daemon serves the file: the command is recorded, and a
+daemon started on the file later acts on it.
+
 The transfer file must exist (a mistyped path is an error, not a new
 file): --create makes it if it does not.
 
@@ -50,9 +58,25 @@ see scr-ctl wait --help.`
 
 const helpAdd = `
 Adds (or resets) FILES/SRC with DESTINATION DEST, SIZE and WRITTEN 0, as the
-SCR library does when it starts an asynchronous flush. SRC and DEST are made
-absolute. SIZE is the size of SRC unless --size is given. This does not ask
-the daemon to copy: run does.`
+SCR library does when it starts an asynchronous flush, for every SRC DEST
+pair given, in one locked update of the transfer file. SRC and DEST are
+made absolute. SIZE is the size of SRC unless --size is given (for every
+file). This does not ask the daemon to copy: run does.
+
+With --stdin the files come from standard input instead, a manifest of
+one file a line:
+  SRC DEST [SIZE]
+Fields are separated by a tab when the line has one (paths may then hold
+spaces, but not at their ends), by spaces otherwise. SIZE, optional, is in bytes or with a unit
+(as --size); without it, the size of SRC. Empty lines and lines starting
+with # are skipped. For example, every checkpoint of a directory:
+  for f in /dev/shm/ckpt/*; do echo "$f /p/scratch/ckpt/${f##*/}"; done |
+    scr-ctl add --stdin /dev/shm/transfer.scrinfo
+
+Every line is checked before anything is written: a malformed line, a
+SRC listed twice, or a SRC that is not a regular file (without SIZE or
+--size) is an error naming the line, and the transfer file is left as it
+was.`
 
 const helpSet = `
 bw VALUE      BW, the average copy rate in bytes per second: a number with an
@@ -104,56 +128,83 @@ func controlCmd(name string) func(*env, []string) error {
 			}
 		}
 		cmd := map[string]transfer.Command{"run": transfer.Run, "stop": transfer.Stop, "exit": transfer.Exit}[name]
-		if _, _, err := store.Update(func(t *hashfile.Tree) error {
+		written, _, err := store.Update(func(t *hashfile.Tree) error {
 			transfer.SetCommand(t, cmd)
 			if *wait {
 				t.Unset(transfer.KeyState)
 			}
 			return nil
-		}); err != nil {
-			return err
-		}
-		if !*wait {
-			return nil
-		}
-		want := map[transfer.Command]transfer.State{transfer.Run: transfer.Running, transfer.Stop: transfer.Stopped, transfer.Exit: transfer.Exiting}[cmd]
-		ctx, cancel := withTimeout(e.ctx, *timeout)
-		defer cancel()
-		var reached string
-		live := &liveCheck{path: store.Path(), grace: *grace, now: e.now}
-		err = watchViewEvery(ctx, store, *poll, *timeout, recheck(*grace), func(v transfer.View) (bool, error) {
-			switch {
-			case v.Command != cmd:
-				return false, fmt.Errorf("%s: COMMAND is now %s: another writer changed it while waiting for STATE %s",
-					store.Path(), commandText(v), want)
-			case cmd == transfer.Exit && v.State == want:
-				// Answered; now wait for the process to let go of its lock.
-				_, held, err := instance.Holder(store.Path())
-				if err != nil {
-					return false, err
-				}
-				reached = "STATE EXITING, and the daemon has exited"
-				return !held, nil
-			case v.State == want:
-				reached = "STATE " + string(want)
-				return true, nil
-			case cmd == transfer.Run && v.Done:
-				reached = "FLAG DONE (the flush is complete)"
-				return true, nil
-			}
-			if err := live.check(v); err != nil {
-				return false, fmt.Errorf("%w (STATE %s not recorded: %s)", err, want, stateText(v))
-			}
-			return false, nil
-		}, func(v transfer.View) string {
-			return fmt.Sprintf("the daemon has not recorded STATE %s in %s (%s)", want, store.Path(), stateText(v))
 		})
 		if err != nil {
-			return err
+			return explainCorrupt(err, store.Path())
 		}
-		fmt.Fprintf(e.stdout, "%s: %s\n", store.Path(), reached)
-		return nil
+		if !*wait {
+			warnUnserved(e, name, store.Path(), transfer.Read(written))
+			return nil
+		}
+		return awaitAnswer(e, store, cmd, waitOpts{timeout: *timeout, grace: *grace, poll: *poll})
 	}
+}
+
+// waitOpts are the flags of a command that waits for the daemon.
+type waitOpts struct {
+	timeout, grace, poll time.Duration
+}
+
+// awaitAnswer waits until the daemon has answered cmd in the transfer
+// file (see helpControlCommon) and says what it found.
+func awaitAnswer(e *env, store *hashfile.Store, cmd transfer.Command, o waitOpts) error {
+	want := map[transfer.Command]transfer.State{transfer.Run: transfer.Running, transfer.Stop: transfer.Stopped, transfer.Exit: transfer.Exiting}[cmd]
+	ctx, cancel := withTimeout(e.ctx, o.timeout)
+	defer cancel()
+	var reached string
+	live := &liveCheck{path: store.Path(), grace: o.grace, now: e.now}
+	err := watchViewEvery(ctx, store, o.poll, o.timeout, recheck(o.grace), func(v transfer.View) (bool, error) {
+		switch {
+		case v.Command != cmd:
+			return false, fmt.Errorf("%s: COMMAND is now %s: another writer changed it while waiting for STATE %s",
+				store.Path(), commandText(v), want)
+		case cmd == transfer.Exit && v.State == want:
+			// Answered; now wait for the process to let go of its lock.
+			_, held, err := instance.Holder(store.Path())
+			if err != nil {
+				return false, err
+			}
+			reached = "STATE EXITING, and the daemon has exited"
+			return !held, nil
+		case v.State == want:
+			reached = "STATE " + string(want)
+			return true, nil
+		case cmd == transfer.Run && v.Done:
+			reached = "FLAG DONE (the flush is complete)"
+			return true, nil
+		}
+		if err := live.check(v); err != nil {
+			return false, fmt.Errorf("%w (STATE %s not recorded: %s)", err, want, stateText(v))
+		}
+		return false, nil
+	}, func(v transfer.View) string {
+		return fmt.Sprintf("the daemon has not recorded STATE %s in %s (%s)", want, store.Path(), stateText(v))
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s: %s\n", store.Path(), reached)
+	return nil
+}
+
+// warnUnserved writes a warning to stderr when no daemon serves
+// transferFile (status.Probe on v, its reading as written), after a
+// command was recorded in it: the
+// command stays recorded for a daemon started later, but nothing acts on
+// it now, which a job script would otherwise not learn.
+func warnUnserved(e *env, name, transferFile string, v transfer.View) {
+	lv, err := status.Probe(transferFile, v)
+	if err != nil || lv.Serving {
+		return
+	}
+	fmt.Fprintf(e.stderr, "scr-ctl %s: warning: no daemon serves %s, the command waits for one started on it: %s\n",
+		name, transferFile, lv.Reason)
 }
 
 func commandText(v transfer.View) string {
@@ -176,52 +227,48 @@ func stateText(v transfer.View) string {
 
 func cmdAdd(e *env, args []string) error {
 	fs := newFlags("add")
-	size := fs.String("size", "", "SIZE to record instead of the size of SRC (bytes, or with a unit: "+units.Convention+")")
+	size := fs.String("size", "", "SIZE to record for every file instead of the size of its SRC (bytes, or with a unit: "+units.Convention+")")
+	stdin := fs.Bool("stdin", false, "read the files to add from standard input, one \"SRC DEST [SIZE]\" a line (see above)")
 	locking := lockingFlag(fs)
 	pos, err := parseFlags(e, fs, args)
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(pos, 3, "TRANSFERFILE SRC DEST"); err != nil {
-		return err
-	}
-	src, err := filepath.Abs(pos[1])
-	if err != nil {
-		return fmt.Errorf("%s: %w", pos[1], err)
-	}
-	dest, err := filepath.Abs(pos[2])
-	if err != nil {
-		return fmt.Errorf("%s: %w", pos[2], err)
-	}
-	var n int64
+	var n int64 = -1 // -1: the size of each SRC
 	if *size != "" {
-		v, err := units.Parse(*size)
-		if err != nil {
+		if n, err = parseSize(*size); err != nil {
 			return usageError{"--size " + err.Error()}
 		}
-		if v != math.Trunc(v) {
-			return usageError{fmt.Sprintf("--size %q: want a whole number of bytes", *size)}
+	}
+	var adds []addition
+	switch {
+	case *stdin && len(pos) == 1:
+		if adds, err = readManifest(e.stdin, n); err != nil {
+			return fmt.Errorf("standard input: %w", err)
 		}
-		n = int64(v)
-	} else {
-		fi, err := os.Stat(src)
-		if err != nil {
-			return fmt.Errorf("source %w (give --size to add a file that does not exist yet)", err)
+	case *stdin:
+		return usageError{fmt.Sprintf("with --stdin, want only TRANSFERFILE, got %d argument(s)", len(pos))}
+	case len(pos) < 3 || len(pos)%2 == 0:
+		return usageError{fmt.Sprintf("want TRANSFERFILE SRC DEST [SRC DEST]..., got %d argument(s)", len(pos))}
+	default:
+		for i := 1; i < len(pos); i += 2 {
+			adds = append(adds, addition{src: pos[i], dest: pos[i+1], size: n, where: fmt.Sprintf("argument %d", i+1)})
 		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("source %s: not a regular file (%s)", src, fi.Mode().Type())
-		}
-		n = fi.Size()
+	}
+	if err := resolveAdditions(adds); err != nil {
+		return err
 	}
 	store, err := openStore(pos[0], *locking)
 	if err != nil {
 		return err
 	}
 	_, _, err = store.Update(func(t *hashfile.Tree) error {
-		transfer.AddFile(t, src, dest, n)
+		for _, a := range adds {
+			transfer.AddFile(t, a.src, a.dest, a.size)
+		}
 		return nil
 	})
-	return err
+	return explainCorrupt(err, store.Path())
 }
 
 func cmdSet(e *env, args []string) error {
@@ -265,7 +312,121 @@ func cmdSet(e *env, args []string) error {
 		edit(t)
 		return nil
 	})
-	return err
+	return explainCorrupt(err, store.Path())
+}
+
+// addition is one file for add: SRC, DEST, its SIZE (-1: the size of SRC)
+// and where it was given, for messages.
+type addition struct {
+	src, dest string
+	size      int64
+	where     string
+}
+
+// parseSize reads a SIZE: bytes, or a number with a unit (units.Parse),
+// a whole number of bytes.
+func parseSize(s string) (int64, error) {
+	v, err := units.Parse(s)
+	switch {
+	case err != nil:
+		return 0, err
+	case v != math.Trunc(v) || v > math.MaxInt64:
+		return 0, fmt.Errorf("%q: want a whole number of bytes", s)
+	}
+	return int64(v), nil
+}
+
+// readManifest reads add's manifest from r: "SRC DEST [SIZE]" a line, tab-
+// separated when the line has a tab, space-separated otherwise; empty
+// lines and "#" comments skipped. size (>= 0) is the SIZE of lines without
+// one. A nil r reads as empty.
+func readManifest(r io.Reader, size int64) ([]addition, error) {
+	if r == nil {
+		return nil, errors.New("no files: the manifest is empty")
+	}
+	var adds []addition
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		a, ok, err := manifestLine(sc.Text(), size)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		if ok {
+			a.where = fmt.Sprintf("standard input line %d", line)
+			adds = append(adds, a)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if len(adds) == 0 {
+		return nil, errors.New("no files: the manifest is empty")
+	}
+	return adds, nil
+}
+
+// manifestLine parses one line of add's manifest; ok is false for an empty
+// line or a comment.
+func manifestLine(text string, size int64) (a addition, ok bool, err error) {
+	if t := strings.TrimSpace(text); t == "" || strings.HasPrefix(t, "#") {
+		return addition{}, false, nil
+	}
+	var fields []string
+	if strings.Contains(text, "\t") {
+		for _, f := range strings.Split(text, "\t") {
+			if f = strings.TrimSpace(f); f != "" {
+				fields = append(fields, f)
+			}
+		}
+	} else {
+		fields = strings.Fields(text)
+	}
+	if len(fields) < 2 || len(fields) > 3 {
+		return addition{}, false, fmt.Errorf("want SRC DEST [SIZE], got %d fields in %q", len(fields), text)
+	}
+	a = addition{src: fields[0], dest: fields[1], size: size}
+	if len(fields) == 3 {
+		if a.size, err = parseSize(fields[2]); err != nil {
+			return addition{}, false, fmt.Errorf("SIZE %w", err)
+		}
+	}
+	return a, true, nil
+}
+
+// resolveAdditions makes every SRC and DEST absolute and fills in the
+// sizes left to the source (-1), refusing a SRC listed twice and a source
+// that is not a regular file.
+func resolveAdditions(adds []addition) error {
+	seen := make(map[string]string, len(adds))
+	for i := range adds {
+		a := &adds[i]
+		src, err := filepath.Abs(a.src)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", a.where, a.src, err)
+		}
+		dest, err := filepath.Abs(a.dest)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", a.where, a.dest, err)
+		}
+		if prev, ok := seen[src]; ok {
+			return fmt.Errorf("%s: SRC %s is listed twice (first at %s): a FILES entry has one DESTINATION", a.where, src, prev)
+		}
+		seen[src] = a.where
+		a.src, a.dest = src, dest
+		if a.size >= 0 {
+			continue
+		}
+		fi, err := os.Stat(src)
+		if err != nil {
+			return fmt.Errorf("%s: source %w (give a SIZE, or --size, to add a file that does not exist yet)", a.where, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s: source %s: not a regular file (%s)", a.where, src, fi.Mode().Type())
+		}
+		a.size = fi.Size()
+	}
+	return nil
 }
 
 // setArgsOrder catches set's arguments in the wrong order (the setting

@@ -64,8 +64,8 @@ func TestControlDrivesTheDaemon(t *testing.T) {
 	wantCode(t, ctl(t, "run", tf), 0, "run")
 	r = ctl(t, "wait", tf, "--grace=1m", "--timeout", "60s") // flags after the file work too
 	wantCode(t, r, 0, "wait")
-	wantIn(t, r.stdout, "flush complete: 2 files, 3.50 MiB (3670016 bytes); waited ", "wait")
-	wantIn(t, r.stdout, "; the flush took ", "wait: the flush's time from its FLUSH record")
+	wantIn(t, r.stdout, "flush complete: 2 files, 3.50 MiB in all; this flush wrote ", "wait")
+	wantIn(t, r.stdout, "; waited ", "wait: how long it waited")
 	sameFile(t, src1, dst1)
 	sameFile(t, src2, dst2)
 
@@ -112,7 +112,7 @@ func TestWaitingWithoutADaemonTimesOut(t *testing.T) {
 	r := ctl(t, "wait", "--timeout=300ms", tf)
 	wantCode(t, r, 1, "wait without a daemon")
 	wantIn(t, r.stderr, "timed out after 300ms", "wait timeout")
-	wantIn(t, r.stderr, "0 of 1 files complete", "wait timeout says how far")
+	wantIn(t, r.stderr, "0 of 1 file complete", "wait timeout says how far")
 
 	// A STATE left by an earlier daemon does not count: --wait removes it.
 	if _, _, err := hashfile.NewStore(tf, hashfile.Flock).Update(func(tr *hashfile.Tree) error {

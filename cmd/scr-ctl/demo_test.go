@@ -161,7 +161,7 @@ func TestDemoCtlCommand(t *testing.T) {
 }
 
 // TestDemoScreens compares the demo's screen at 80 and 100 columns with the
-// golden files (go test -run TestDemoScreens -update rewrites them), after replacing what
+// golden files (go test -update rewrites them, as it does every golden file), after replacing what
 // varies between runs: the directory, the measured rates and times. Every
 // line fits the width; at 100x30 the whole demo fits the screen, and at
 // 80x24 the summary comes last, so that it is what stays in view.

@@ -42,9 +42,10 @@ type command struct {
 }
 
 // env is what a command works with: its context (cancelled by SIGINT or
-// SIGTERM), its output streams, and the clock and terminal it sees.
+// SIGTERM), its input and output streams, and the clock and terminal it sees.
 type env struct {
 	ctx            context.Context
+	stdin          io.Reader // nil: empty
 	stdout, stderr io.Writer
 	now            func() time.Time
 	// term reports whether stdout is a terminal and its size (0 when unknown).
@@ -69,10 +70,12 @@ func commands() map[string]command {
 			help: helpStatus, run: cmdStatus},
 		"wait": {summary: "wait until the flush is complete; fail when no daemon serves it", usage: "[--timeout D] [--fail-on-error] [--quiet] TRANSFERFILE",
 			help: helpWait, run: cmdWait},
-		"add": {summary: "add a file to flush, as the SCR library does", usage: "[--size N] TRANSFERFILE SRC DEST",
+		"add": {summary: "add files to flush, as the SCR library does, in one update", usage: "[--size N] TRANSFERFILE SRC DEST [SRC DEST]... | --stdin TRANSFERFILE",
 			help: helpAdd, run: cmdAdd},
 		"set": {summary: "set the bandwidth limit or the working-time share, as the SCR library does", usage: "TRANSFERFILE bw|percent VALUE",
 			help: helpSet, run: cmdSet},
+		"repair": {summary: "salvage a corrupt transfer file: keep what decodes, say what was dropped", usage: "[--dry-run] TRANSFERFILE",
+			help: helpRepair, run: cmdRepair},
 		"verify": {summary: "identify and verify checkpoint files (SION, FTI-FF, LIME, plain)", usage: "[--json] FILE...",
 			help: helpVerify, run: cmdVerify},
 		"demo": {summary: "flush sample checkpoints of every kind through an in-process daemon and show it", usage: "[--dir DIR] [--bw RATE] [--cleanup] [--timeout D] [--width N]",
@@ -88,7 +91,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runEnv(&env{ctx: ctx, stdout: stdout, stderr: stderr, now: time.Now, term: terminalOf(stdout)}, args)
+	return runEnv(&env{ctx: ctx, stdin: os.Stdin, stdout: stdout, stderr: stderr, now: time.Now, term: terminalOf(stdout)}, args)
 }
 
 func runEnv(e *env, args []string) int {

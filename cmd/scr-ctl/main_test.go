@@ -79,7 +79,8 @@ func inproc(ctx context.Context, args ...string) result {
 // daemonProc is a running scr-transferd.
 type daemonProc struct {
 	*testenv.Process
-	cmd *exec.Cmd // Process.Cmd
+	cmd    *exec.Cmd  // Process.Cmd
+	exited chan error // receives the daemon's exit (nil for status 0) once it has exited; put it back after reading
 }
 
 // startDaemon starts the daemon on tf and returns once the daemon has
@@ -99,7 +100,9 @@ func startDaemon(t *testing.T, tf string) *daemonProc {
 		tree, err := store.Read()
 		return err == nil && transfer.Read(tree).State != ""
 	})
-	return &daemonProc{Process: p, cmd: p.Cmd}
+	d := &daemonProc{Process: p, cmd: p.Cmd, exited: make(chan error, 1)}
+	go func() { <-p.Done(); d.exited <- p.Err() }()
+	return d
 }
 
 // wantExit waits for the daemon to exit with status 0.

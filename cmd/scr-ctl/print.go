@@ -25,7 +25,7 @@ func cmdPrint(e *env, args []string) error {
 	}
 	tree, err := store.Read()
 	if err != nil {
-		return err
+		return explainCorrupt(err, store.Path())
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"strings"
@@ -13,37 +14,63 @@ import (
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/filewatch"
 	"github.com/scr-transferd/scr-transferd/status"
+	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
 const helpStatus = `
-Reads the transfer file under a shared lock and shows, for every FILES
-entry, source -> destination, a progress bar (WRITTEN of SIZE), the copy rate
-and the time left, the ERROR the daemon recorded if any ("error: retrying"
-while the daemon retries the file, "invalid: not copied" for an entry it
-will not copy as it stands) and the WARNING it recorded about a checkpoint
-it flushed all the same; then the totals, the daemon's STATE, the COMMAND,
-BW and PERCENT.
+Reads the transfer file under a shared lock and shows:
+
+  1/4 files  49.0 MiB of 110 MiB  44.7%  3.00 MiB/s  ETA 20s  2 in error  RUNNING  PID 4242 up 1m05s
+  /dev/shm/scr.1001/transfer.scrinfo  COMMAND RUN  BW 50.0 MiB/s  PERCENT 25%  flush 10s so far, 4.00 MiB/s
+    /dev/shm/scr.1001/dataset.1/ → /p/lustre/user1/sim/scr.dataset.1/
+    rank_0.sion  [██████████] 100.0%   9.00 MiB of 9.00 MiB   complete  crc 0x1a2b3c4d
+    rank_1.ckpt  [████░░░░░░]  40.0%   40.0 MiB of 100 MiB    3.00 MiB/s  ETA 20s
+    rank_2.ckpt  [░░░░░░░░░░]   0.0%        0 B of 512 KiB    error: retrying
+      ERROR: open /p/lustre/user1/sim/scr.dataset.1/rank_2.ckpt: permission denied
+
+The first line sums the flush up: complete/total files, bytes written of
+the total, the rate and time left, the files in error, the daemon's STATE
+and whether a daemon serves the file ("PID 4242 up 1m05s": the daemon
+holding the file's instance lock, ".<name>.lock" beside it, and how long
+since it took it; "NO DAEMON": none holds it, whatever STATE the file still
+records, as after a daemon was killed; a line below says why). The second
+names the transfer file, its COMMAND, BW and PERCENT, and how long the
+flush has run ("flush took" once FLAG DONE ended it) with its average
+rate, from the record the daemon keeps in the transfer file (FLUSH). Then
+the problems found in the file, the directories the files are copied from
+and to, and one line per file, named by what is left of its source once
+that directory is removed ("a → b" when its destination's name differs).
+Only a complete file is drawn full at 100.0%. "error: retrying" is a file
+the daemon retries with back-off ("error: no daemon retries it" when none
+serves the file); "invalid: not copied" is an entry the daemon will not
+copy as it stands; WARNING is what the daemon noted about a checkpoint it
+flushed all the same.
 
 Long lists are folded: the files in error first, then the incomplete ones,
 then the complete ones are shown, as many as fit the terminal (20 when
 stdout is not a terminal), and one line counts the others by state. --all
-shows every file. --json always has every file.
+shows every file. --json always has every file, and "daemon" says whether
+one serves the file (serving, pid, since, reason).
 
-Rates are of WRITTEN, which counts the holes of a sparse file too. WRITTEN
-advances once per commit of the daemon (64 MiB or 2 s by default), so the
-rate is an exponentially weighted moving average over the commits (time
-constant 10 s, the same estimate as the daemon's metrics). Rates and
-times left appear with --watch, which redraws the view in place on a
-terminal (on anything else it prints one view per reading) until
-interrupted. How long the flush has run and its average rate ("took" once
-FLAG DONE ended it, "so far" while it runs) come from the record the
-daemon keeps in the transfer file (FLUSH), so one reading shows them;
-without a record (another daemon), --watch shows the elapsed time and
-average rate since the watch began. The transfer file
-may disappear and come back meanwhile (SCR removes it at every SCR_Init):
---watch says so and goes on. --json prints one JSON object (schema 1, see
-the README); with --watch, one compact object per line per reading, and
-none while the file is missing.`
+Rates and times left appear with --watch, which redraws the view in place
+on a terminal (on anything else it prints one view per reading) until
+interrupted. They are of WRITTEN, which counts the holes of a sparse file
+too, and which advances once per commit of the daemon (64 MiB or 2 s by
+default): the rate is the bytes of the commits of the last 10 s or so over
+the longest time the readings allow them, so it is never above the true
+rate; the first commit seen only starts the count (its bytes may have
+been copied before the watch began), so the rate shows from the second.
+The time left is the bytes left at that rate, at most BW, and counts down
+between commits. The daemon's metrics and log use the same estimate.
+Without a FLUSH record (another daemon), --watch shows how long it has
+watched and the average rate since. The transfer file may disappear and
+come back meanwhile (SCR removes it at every SCR_Init): --watch says so
+and goes on. --json prints one JSON object (schema 1, see the README);
+with --watch, one compact object per line per reading, and none while the
+file is missing.
+
+A transfer file that cannot be decoded (a CRC mismatch, a truncated file)
+is an error naming the problem; scr-ctl repair salvages what decodes.`
 
 // statusReport is the report of package status, named here for the demo.
 type statusReport = status.Report
@@ -94,6 +121,7 @@ func cmdStatus(e *env, args []string) error {
 			return err
 		}
 		r := status.Build(store.Path(), e.now(), t, nil)
+		probeDaemon(&r)
 		if *asJSON {
 			enc := json.NewEncoder(e.stdout)
 			enc.SetIndent("", "  ")
@@ -107,6 +135,17 @@ func cmdStatus(e *env, args []string) error {
 	}
 	return watchStatus(e, store, watchOpts{interval: *interval, poll: *poll, view: o,
 		redraw: isTerm && !*asJSON, json: *asJSON, onChange: true})
+}
+
+// probeDaemon records in r whether a daemon serves its transfer file
+// (status.Probe); a probe that fails is one of r's problems.
+func probeDaemon(r *statusReport) {
+	lv, err := status.Probe(r.TransferFile, transfer.View{State: transfer.State(r.State)})
+	if err != nil {
+		r.Problems = append(r.Problems, fmt.Sprintf("cannot tell whether a daemon serves the file: %v", err))
+		return
+	}
+	r.SetLiveness(lv)
 }
 
 // watchOpts say how watchStatus shows successive readings.
@@ -148,10 +187,11 @@ func watchStatus(e *env, store *hashfile.Store, w watchOpts) error {
 				out = status.RenderMissing(store.Path(), missing, w.view.layout())
 			}
 		case err != nil:
-			return err
+			return explainCorrupt(err, store.Path())
 		default:
 			missing = time.Time{}
 			rep := status.Build(store.Path(), e.now(), t, m)
+			probeDaemon(&rep)
 			r = &rep
 			if w.json {
 				b, err := json.Marshal(rep)

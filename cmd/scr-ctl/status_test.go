@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,7 +120,7 @@ func TestWatchSurvivesTheFileDisappearing(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	waitOut("/c/first")
+	waitOut("first → a")
 	if err := os.Remove(tf); err != nil {
 		t.Fatal(err)
 	}
@@ -150,4 +152,69 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestStatusAfterSIGKILL: status says which daemon serves the file, and
+// since when; once it is killed with SIGKILL (no chance to record STATE
+// EXITING: the file still says RUNNING) it says no daemon serves it, in
+// text and JSON, and no longer that a file is being retried.
+func TestStatusAfterSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	tf := filepath.Join(dir, "transfer.scrinfo")
+	src := filepath.Join(dir, "cache", "big.ckpt")
+	writeFile(t, src, 8<<20, 4)
+	started := time.Now()
+	d := startDaemon(t, tf)
+	wantCode(t, ctl(t, "add", tf, src, filepath.Join(dir, "pfs", "big.ckpt")), 0, "add")
+	wantCode(t, ctl(t, "set", tf, "bw", "256K"), 0, "set bw") // 32 s of work
+	wantCode(t, ctl(t, "run", tf), 0, "run")
+	pollFor(t, "the copy to start", time.Minute, func() bool {
+		v := readView(t, tf)
+		return v.State == transfer.Running && len(v.Files) == 1 && v.Files[0].Written > 0
+	})
+	statusJSON := func() statusReport {
+		t.Helper()
+		r := ctl(t, "status", "--json", tf)
+		wantCode(t, r, 0, "status --json")
+		var rep statusReport
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("%v\n%s", err, r.stdout)
+		}
+		if rep.Daemon == nil {
+			t.Fatalf("no daemon field:\n%s", r.stdout)
+		}
+		return rep
+	}
+	pid := d.cmd.Process.Pid
+	rep := statusJSON()
+	// Since the daemon took its lock: after it was started (to the file
+	// system's timestamp granularity), before this reading.
+	if !rep.Daemon.Serving || rep.Daemon.PID != pid || rep.Daemon.Since == nil ||
+		rep.Daemon.Since.Before(started.Add(-time.Second)) || rep.Daemon.Since.After(time.Now()) {
+		t.Fatalf("served by PID %d: %+v", pid, *rep.Daemon)
+	}
+	r := ctl(t, "status", tf)
+	wantCode(t, r, 0, "status")
+	first, _, _ := strings.Cut(r.stdout, "\n")
+	wantIn(t, first, fmt.Sprintf("  RUNNING  PID %d up ", pid), "the summary line names the daemon")
+
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.exited <- <-d.exited // reaped: its lock is released
+	if v := readView(t, tf); v.State != transfer.Running {
+		t.Fatalf("STATE %q after SIGKILL: the test needs a STATE RUNNING left behind", v.State)
+	}
+	rep = statusJSON()
+	if rep.Daemon.Serving || rep.Daemon.Since != nil || !strings.Contains(rep.Daemon.Reason, "no daemon holds its lock") {
+		t.Fatalf("after SIGKILL: %+v", *rep.Daemon)
+	}
+	r = ctl(t, "status", tf)
+	wantCode(t, r, 0, "status")
+	first, _, _ = strings.Cut(r.stdout, "\n")
+	wantIn(t, first, "  RUNNING  NO DAEMON", "the summary line after SIGKILL")
+	wantIn(t, r.stdout, "\n  no daemon serves this file: no daemon holds its lock", "status after SIGKILL")
+	if strings.Contains(r.stdout, "retrying") || strings.Contains(r.stdout, fmt.Sprintf("PID %d", pid)) {
+		t.Fatalf("status after SIGKILL shows the daemon at work:\n%s", r.stdout)
+	}
 }

@@ -11,10 +11,16 @@ import (
 )
 
 const helpWait = `
-Blocks until the flush is complete, and says so in one line: files,
-bytes, how long it waited, and how long the flush took and its average
-rate (from the FLUSH record the daemon keeps in the transfer file; without
-one, the bytes written while it waited and their average rate). Complete
+Blocks until the flush is complete, and says so in one line: the files and
+bytes of the flush in all, what this flush wrote, how long it took and its
+average rate (from the FLUSH record the daemon keeps in the transfer file:
+a flush resumed after a restart or a STOP writes only what was left), and
+how long the wait took. Without a record (another daemon), it gives the
+bytes written while it waited. For example:
+  /scr/transfer.scrinfo: flush complete: 2004 files, 1.03 GiB in all; this
+  flush wrote 239 MiB in 0.5s, 468 MiB/s (817 MiB were written before it);
+  waited 0.6s
+Complete
 means FLAG DONE is set and every file is complete, or no flush is asked for
 (no COMMAND RUN) and no file has bytes left (exit status 0).
 
@@ -187,7 +193,8 @@ func filesInError(path string, v transfer.View, why string) error {
 func progressText(v transfer.View) string {
 	size, written := v.Totals()
 	n := v.Count()
-	s := fmt.Sprintf("%d of %d files complete, %d of %d bytes written", n[transfer.StateComplete], len(v.Files), written, size)
+	s := fmt.Sprintf("%d of %s complete, %s of %s written", n[transfer.StateComplete], count(len(v.Files), "file", "files"),
+		units.IEC(float64(written)), units.IEC(float64(size)))
 	if k := n[transfer.StateError] + n[transfer.StateInvalid]; k > 0 {
 		s += fmt.Sprintf(", %d in error", k)
 	}
@@ -202,32 +209,36 @@ func progressText(v transfer.View) string {
 	return s
 }
 
-// summaryText is wait's closing line: the flush's files and bytes, how
-// long the wait took, then how long the flush took and its average rate
-// where the daemon recorded when it began (FLUSH), or else the bytes
-// written while the wait lasted and their average rate.
+// count writes n with the singular or plural noun: "1 file", "2 files".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// summaryText is wait's closing line: the flush's files and bytes in all,
+// then what this flush wrote and how long it took, from the FLUSH record
+// the daemon keeps (a flush resumed after a restart or a STOP wrote only
+// what was left), and how long the wait took. Without a record, it gives
+// the bytes written while the wait lasted, without a rate: they may be a
+// commit of a copy that began long before the wait.
 func summaryText(first, final transfer.View, elapsed time.Duration, now time.Time) string {
 	size, written := final.Totals()
 	_, before := first.Totals()
-	s := fmt.Sprintf("%d files, %s (%d bytes)", len(final.Files), units.IEC(float64(size)), size)
-	copied := max(written-before, 0)
-	s += "; waited " + shortDuration(elapsed)
+	s := fmt.Sprintf("%s, %s in all", count(len(final.Files), "file", "files"), units.IEC(float64(size)))
 	if p, ok := final.Progress(now); ok {
-		// The flush's own figures: the bytes written while the wait lasted
-		// can be one commit of a copy that began long before it.
-		s += "; the flush took " + shortDuration(p.Elapsed)
-		if avg, ok := p.Average(); ok {
-			s += fmt.Sprintf(", %s/s on average", units.IEC(avg))
+		s += fmt.Sprintf("; this flush wrote %s in %s", units.IEC(float64(p.Written)), shortDuration(p.Elapsed))
+		if avg, ok := p.Average(); ok && p.Written > 0 {
+			s += fmt.Sprintf(", %s/s", units.IEC(avg))
 		}
-		return s
+		if w := written - p.Written; w > 0 {
+			s += fmt.Sprintf(" (%s were written before it)", units.IEC(float64(w)))
+		}
+	} else if copied := max(written-before, 0); copied > 0 {
+		s += fmt.Sprintf("; %s written while waiting", units.IEC(float64(copied)))
 	}
-	if copied > 0 {
-		s += fmt.Sprintf(", %s written meanwhile", units.IEC(float64(copied)))
-	}
-	if secs := elapsed.Seconds(); secs > 0 && copied > 0 {
-		s += fmt.Sprintf(", %s/s on average", units.IEC(float64(copied)/secs))
-	}
-	return s
+	return s + "; waited " + shortDuration(elapsed)
 }
 
 // shortDuration writes d to a tenth of a second below 10 s, as

@@ -101,8 +101,8 @@ func TestWaitThroughATransientError(t *testing.T) {
 	writeFile(t, late, 65536, 9)
 	r := w.result(t, time.Minute)
 	wantCode(t, r, 0, "wait through a transient error")
-	wantIn(t, r.stdout, "flush complete: 1 files, 64.0 KiB", "wait summary")
-	wantIn(t, r.stdout, "on average", "wait summary")
+	wantIn(t, r.stdout, "flush complete: 1 file, 64.0 KiB in all", "wait summary")
+	wantIn(t, r.stdout, "; this flush wrote 64.0 KiB in ", "wait summary")
 	wantIn(t, r.stderr, late, "wait reports the file in error")
 	// Reported once per change, not once per retry.
 	var prev string
@@ -153,7 +153,7 @@ func TestWaitWhenTheDaemonDies(t *testing.T) {
 	r := w.result(t, time.Minute)
 	wantCode(t, r, 1, "wait after the daemon died")
 	wantIn(t, r.stderr, "no daemon serves "+tf, "wait says why")
-	wantIn(t, r.stderr, "0 of 1 files complete", "wait says how far the flush got")
+	wantIn(t, r.stderr, "0 of 1 file complete", "wait says how far the flush got")
 	if strings.Contains(r.stderr, "timed out") {
 		t.Fatalf("wait ran into its timeout:\n%s", r.stderr)
 	}
@@ -219,4 +219,38 @@ func TestControlNeedsAnExistingFile(t *testing.T) {
 			t.Fatalf("%s --create: COMMAND %q", name, v.Command)
 		}
 	}
+}
+
+// TestRunWarnsWithoutADaemon: run, stop and exit without --wait record
+// their command and exit 0, but say on stderr when no daemon serves the
+// file: none ever started, or the one that did was killed. With a daemon
+// serving it they say nothing.
+func TestRunWarnsWithoutADaemon(t *testing.T) {
+	dir := t.TempDir()
+	tf := filepath.Join(dir, "transfer.scrinfo")
+	src := filepath.Join(dir, "a")
+	writeFile(t, src, 100, 1)
+	wantCode(t, ctl(t, "add", tf, src, filepath.Join(dir, "b")), 0, "add")
+	for _, name := range []string{"stop", "run"} {
+		r := ctl(t, name, tf)
+		wantCode(t, r, 0, name+" without a daemon")
+		wantIn(t, r.stderr, "scr-ctl "+name+": warning: no daemon serves "+tf+", the command waits for one started on it: ", name+" without a daemon")
+		if v := readView(t, tf); string(v.Command) != strings.ToUpper(name) {
+			t.Fatalf("%s without a daemon: COMMAND %q not recorded", name, v.Command)
+		}
+	}
+
+	d := startDaemon(t, tf)
+	r := ctl(t, "stop", tf)
+	wantCode(t, r, 0, "stop with a daemon")
+	if r.stderr != "" {
+		t.Fatalf("stop with a daemon serving the file warns: %s", r)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.exited <- <-d.exited
+	r = ctl(t, "run", tf)
+	wantCode(t, r, 0, "run after the daemon was killed")
+	wantIn(t, r.stderr, "warning: no daemon serves "+tf+", the command waits for one started on it: no daemon holds its lock", "run after the daemon was killed")
 }

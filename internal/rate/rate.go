@@ -2,9 +2,21 @@
 // the WRITTEN of a transfer file, or the bytes the daemon made durable,
 // both advance once per commit (an fsync of the destination), every 64 MiB
 // or 2 s by default. A rate between two readings would jump between zero
-// and several times the true rate; Meter smooths the commits with an
-// exponentially weighted moving average instead. It is the one rate of the
-// project: scr-ctl status and the daemon's metrics both use it.
+// and several times the true rate; Meter averages over the commits of a
+// window of about tau instead. It is the one rate of the project: scr-ctl
+// status and wait, the daemon's log and its metrics all use it, and
+// Average and ETA are the one way to turn bytes and times into an average
+// rate and a time left.
+//
+// The estimate is never above the true rate: a reading only bounds when a
+// commit happened (after the last reading that still showed the old count,
+// no later than the first that shows the new one), so the bytes of the
+// commits after a first one are divided by the longest interval the
+// readings allow. The first commit a meter sees is only a starting point:
+// when its bytes began to be copied is unknown (the copy may have begun
+// long before the first reading), and dividing them by the gap since the
+// previous reading would overstate the rate by as much as that gap is
+// short.
 package rate
 
 import (
@@ -12,28 +24,35 @@ import (
 	"time"
 )
 
-// DefaultTau is the smoothing time constant: a change of pace shows
-// (1 - 1/e) of itself after this long.
+// DefaultTau is the span of the window of commits the rate averages over.
 const DefaultTau = 10 * time.Second
 
-// Meter is the smoothed rate of one growing count. The zero value is not
-// ready: use New. A Meter is not safe for concurrent use.
+// commit is a change of the count: it happened after start (the last
+// reading that showed the previous count) and no later than at (the first
+// reading that showed n).
+type commit struct {
+	start, at time.Time
+	n         int64
+}
+
+// Meter is the rate of one growing count. The zero value is not ready:
+// use New. A Meter is not safe for concurrent use.
 type Meter struct {
 	tau time.Duration
 
-	first    time.Time // first reading: start of Elapsed and Average
-	firstN   int64
-	last     time.Time // the last commit (or, before the first, the last reading)
-	lastN    int64
-	moved    bool    // a commit has been seen since the baseline
-	ewma     float64 // bytes/s, valid when moved
-	interval float64 // smoothed seconds between commits, valid when moved
-	seen     bool
-	latest   time.Time
-	latestN  int64
+	first   time.Time // first reading: start of Elapsed
+	seen    bool
+	latest  time.Time // the latest reading
+	latestN int64
+	// commits are the changes of the window, oldest first: the oldest is
+	// the window's starting point, its own bytes are not counted.
+	commits []commit
+	origin  commit // the first commit since the first reading: Average's starting point
+	commitN int    // commits since the first reading
 }
 
-// New returns a Meter smoothing over tau (DefaultTau if tau <= 0).
+// New returns a Meter averaging over a window of tau (DefaultTau if tau
+// <= 0).
 func New(tau time.Duration) *Meter {
 	if tau <= 0 {
 		tau = DefaultTau
@@ -42,52 +61,90 @@ func New(tau time.Duration) *Meter {
 }
 
 // Observe records the count n read at time at. A count that grew is a
-// commit: the bytes since the previous commit over the time since it are
-// one rate sample, weighted by its length (1 - e^(-dt/tau)), so that
-// irregular commits weigh what they last. Until the count first moves the
-// baseline follows the readings, so a file waiting for its turn does not
-// count its wait. A count that went down (an entry reset, a file copied
-// again) starts the meter afresh; a reading not after the last is ignored.
+// commit. A count that went down (an entry reset, a file copied again)
+// starts the meter afresh; a reading not after the latest is ignored.
 func (m *Meter) Observe(at time.Time, n int64) {
 	switch {
 	case !m.seen || n < m.latestN:
-		*m = Meter{tau: m.tau, first: at, firstN: n, last: at, lastN: n, seen: true, latest: at, latestN: n}
+		*m = Meter{tau: m.tau, first: at, seen: true, latest: at, latestN: n, commits: m.commits[:0]}
 		return
 	case !at.After(m.latest):
 		return
 	}
-	m.latest, m.latestN = at, n
-	if n == m.lastN {
-		if !m.moved {
-			m.last = at
+	if n > m.latestN {
+		c := commit{start: m.latest, at: at, n: n}
+		if m.commitN++; m.commitN == 1 {
+			m.origin = c
 		}
-		return
+		m.commits = append(m.commits, c)
+		// Keep the newest starting point whose window still spans tau.
+		drop := 0
+		for len(m.commits)-drop > 2 && at.Sub(m.commits[drop+1].start) >= m.tau {
+			drop++
+		}
+		m.commits = append(m.commits[:0], m.commits[drop:]...)
 	}
-	dt := at.Sub(m.last).Seconds()
-	sample := float64(n-m.lastN) / dt
-	if !m.moved {
-		m.ewma, m.interval, m.moved = sample, dt, true
-	} else {
-		w := 1 - math.Exp(-dt/m.tau.Seconds())
-		m.ewma += w * (sample - m.ewma)
-		m.interval += w * (dt - m.interval)
-	}
-	m.last, m.lastN = at, n
+	m.latest, m.latestN = at, n
 }
 
-// Rate returns the smoothed rate at time now, and false until a commit has
-// been seen. When no commit has come for longer than the usual interval
-// between commits, the rate decays towards zero as if the missing commits
-// were samples of zero: a stalled copy does not keep showing its old pace.
+// Rate returns the rate at time now, and false until two commits have been
+// seen: the bytes of the window's commits after its first, over the time
+// from the last reading before that first commit to the first reading
+// after the last. When no commit has come for longer than the window's
+// mean interval between commits, the rate decays by e every tau as if the
+// missing commits were samples of zero: a stalled copy does not keep
+// showing its old pace.
 func (m *Meter) Rate(now time.Time) (float64, bool) {
-	if !m.moved {
+	r, late, ok := m.window(now)
+	if !ok {
 		return 0, false
 	}
-	r := m.ewma
-	if late := now.Sub(m.last).Seconds() - m.interval; late > 0 {
-		r *= math.Exp(-late / m.tau.Seconds())
+	if late > 0 {
+		r *= math.Exp(-late.Seconds() / m.tau.Seconds())
 	}
 	return r, true
+}
+
+// window returns the window's rate and how long its next commit is
+// overdue (the time since its last commit beyond the mean interval).
+func (m *Meter) window(now time.Time) (r float64, late time.Duration, ok bool) {
+	if len(m.commits) < 2 {
+		return 0, 0, false
+	}
+	base, last := m.commits[0], m.commits[len(m.commits)-1]
+	span := last.at.Sub(base.start)
+	if span <= 0 {
+		return 0, 0, false
+	}
+	interval := span / time.Duration(len(m.commits)-1)
+	return Average(last.n-base.n, span), now.Sub(last.at) - interval, true
+}
+
+// ETA returns the time needed for left bytes at time now, and false when
+// it cannot be told (no rate yet, or a rate of zero). The rate is Rate's,
+// at most limit when limit > 0 (a BW in force). The bytes copied since the
+// last commit are not counted yet: the time left counts down between
+// commits by the time since the last one, up to the mean interval between
+// commits; past that the copy is late and the time left grows as the rate
+// decays.
+func (m *Meter) ETA(now time.Time, left int64, limit float64) (time.Duration, bool) {
+	if left <= 0 {
+		return 0, true
+	}
+	r, ok := m.Rate(now)
+	if limit > 0 {
+		r = min(r, limit)
+	}
+	if !ok || r <= 0 {
+		return 0, false
+	}
+	_, late, _ := m.window(now)
+	since := now.Sub(m.commits[len(m.commits)-1].at)
+	if late > 0 {
+		since -= late // the mean interval
+	}
+	s := float64(left)/r - max(since, 0).Seconds()
+	return time.Duration(max(s, 0) * float64(time.Second)), true
 }
 
 // Elapsed returns the time from the first reading (since the last reset)
@@ -99,15 +156,23 @@ func (m *Meter) Elapsed(now time.Time) time.Duration {
 	return now.Sub(m.first)
 }
 
-// Average returns the count's growth per second from the first reading to
-// the latest one, and false until time has passed between them.
+// Average returns the count's growth per second since the first commit,
+// to the latest reading, and false until a second commit: like Rate, it
+// does not count the first commit's bytes, which may have been copied
+// before the first reading.
 func (m *Meter) Average() (float64, bool) {
-	if !m.seen {
+	if m.commitN < 2 {
 		return 0, false
 	}
-	dt := m.latest.Sub(m.first).Seconds()
-	if dt <= 0 {
-		return 0, false
+	return Average(m.latestN-m.origin.n, m.latest.Sub(m.origin.start)), true
+}
+
+// Average returns n bytes over d as bytes per second, 0 when no time has
+// passed (d <= 0): the one way the project turns the bytes copied and the
+// time they took into an average rate.
+func Average(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
 	}
-	return float64(m.latestN-m.firstN) / dt, true
+	return float64(n) / d.Seconds()
 }
