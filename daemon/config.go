@@ -5,7 +5,10 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -67,6 +70,10 @@ type Config struct {
 
 	Flush  flush.Options
 	Verify Verify
+	// BWAuto sets the copy rate from the latency of the copy's writes and
+	// commits to the destination (flush/autobw): it yields when others
+	// queue there. BW, when set, is its ceiling; PERCENT still applies.
+	BWAuto bool
 	// Streams is how many small files of a batch are copied at once
 	// (default DefaultStreams). They share the throttle, so BW and PERCENT
 	// hold for the daemon as a whole.
@@ -94,6 +101,12 @@ type Config struct {
 	// waiting, and fails outright when the daemon holds it right after the
 	// library's own write.
 	FcntlSettle time.Duration
+
+	// CreateDir creates the transfer file's directory (0700) when it does
+	// not exist. Without it a missing directory is refused: it is most
+	// often a mistyped path, and a daemon serving a file nobody writes
+	// would wait forever without a word.
+	CreateDir bool
 
 	// StrictModes refuses a group-writable transfer file or control
 	// directory too (by default they are accepted, as the library creates
@@ -124,8 +137,11 @@ type Status struct {
 	FilesWarned    int // files flushed with a WARNING recorded
 	ThrottleSleeps uint64
 	ThrottleSlept  time.Duration
+	BWAuto         float64   // BW auto's rate in force, bytes/s averaged over a few seconds; 0 when off
 	LastSuccess    time.Time // when a file last completed; zero if never
 	LockWaitSince  time.Time // since when the daemon waits for the transfer-file lock; zero if it does not
+	BWLimit        float64   // BW in force (transfer.ReadLimits, the last good value of an unusable one); 0: none
+	PercentLimit   float64   // PERCENT in force; 0 or 100: none
 }
 
 // DefaultStreams is Config.Streams when unset.
@@ -153,4 +169,30 @@ func (c *Config) setDefaults() {
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
+}
+
+// ErrNoControlDir is the error of a transfer file whose directory does not
+// exist, without Config.CreateDir.
+var ErrNoControlDir = errors.New("the transfer file's directory does not exist")
+
+// controlDir makes sure dir, the transfer file's directory, exists:
+// creating it (0700) if create, refusing it with ErrNoControlDir if not.
+func controlDir(dir string, create bool) error {
+	if create {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("creating the transfer file's directory %s: %w", dir, err)
+		}
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %s (a mistyped path? the SCR library's control directory, SCR_CNTL_BASE, must exist, "+
+			"or pass --create-dir to create it)", ErrNoControlDir, dir)
+	case err != nil:
+		return fmt.Errorf("the transfer file's directory %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("the transfer file's directory %s is not a directory", dir)
+	}
+	return nil
 }

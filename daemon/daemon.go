@@ -49,11 +49,12 @@ type daemon struct {
 	lockSince atomic.Int64    // unix ns since when an access waits for the transfer-file lock; 0 if none
 	statusMu  sync.Mutex      // guards lastShown: the lock-wait hook reports from either goroutine
 	problems  map[string]bool
-	stale     map[string]bool   // partial copies to remove (litter.go)
-	swept     bool              // leftover partial copies looked for at start
-	warned    map[string]string // WARNING last logged, by source path
-	retries   map[string]*retry // by source path
-	job       *job              // copy under way, nil when idle
+	stale     map[string]bool        // partial copies to remove (litter.go)
+	published map[string]*unrecorded // by source path: published, not recorded (unrecorded.go)
+	swept     bool                   // leftover partial copies looked for at start
+	warned    map[string]string      // WARNING last logged, by source path
+	retries   map[string]*retry      // by source path
+	job       *job                   // copy under way, nil when idle
 	beat      *Heartbeat
 	results   chan result
 	lastOK    time.Time
@@ -65,12 +66,19 @@ type daemon struct {
 	limits       *limits               // BW and PERCENT last applied, nil before the first
 	throttled    uint64                // throttle pauses already logged
 	batchFiles   int                   // the most files a batch takes (batchFiles)
+	streams      int                   // streams a batch may run, 0: as many as copiers (planDescriptors)
+	groupFDs     int                   // descriptors a batch's group may hold, 0: unbounded (planDescriptors)
 	others       uint64                // store.Others() when the loop last read the file
 	refused      []error               // why each entry of view is refused (readView), nil where it is not
 	memSize      int                   // transfer file size the memory limit was set for (memory.go)
 	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
 	flushStarted time.Time             // the flush under way began, zero when none
 	flushCopied  int64                 // copied when it began
+	autoLogged   float64               // BW auto's rate last logged (bwauto.go)
+
+	// topProblems are the top-level problems of the last pass (BW,
+	// PERCENT, COMMAND values): each is logged when it appears.
+	topProblems map[string]bool
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
@@ -103,6 +111,13 @@ type job struct {
 	grace context.Context
 	// quiet: a file of a batch logged as a whole; its own lines are debug.
 	quiet bool
+	// data is, once the copy returned, the bytes of data it transferred
+	// (holes of a SIONlib container not counted): the rate's numerator.
+	data int64
+	// reuse: the file's copy was published before and only its record
+	// failed (set by the loop); unrecorded: this copy was published and
+	// its record failed (set by the worker). See unrecorded.go.
+	reuse, unrecorded *unrecorded
 }
 
 // level is the level of the lines about j's file: info, debug for a file
@@ -134,8 +149,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.TransferFile = path
 	cfg.Flush.VerifyAfter = cfg.Verify.after()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("control directory of %s: %w", path, err)
+	cfg.Flush.Owner = partialOwner(path)
+	if err := controlDir(filepath.Dir(path), cfg.CreateDir); err != nil {
+		return err
 	}
 	for _, p := range append(append([]string{}, cfg.AllowSrc...), cfg.AllowDest...) {
 		if !filepath.IsAbs(p) {
@@ -168,26 +184,29 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	th := flush.NewThrottle()
+	th.SetAuto(cfg.BWAuto)
 	d := &daemon{
-		ctx:      ctx,
-		beat:     cfg.Heartbeat,
-		cfg:      cfg,
-		log:      cfg.Log,
-		store:    store,
-		throttle: th,
-		copier:   flush.NewCopier(th, cfg.Flush),
-		problems: map[string]bool{},
-		stale:    map[string]bool{},
-		warned:   map[string]string{},
-		retries:  map[string]*retry{},
-		rand:     rand.Float64,
-		results:  make(chan result, 1),
+		ctx:       ctx,
+		beat:      cfg.Heartbeat,
+		cfg:       cfg,
+		log:       cfg.Log,
+		store:     store,
+		throttle:  th,
+		copier:    flush.NewCopier(th, cfg.Flush),
+		problems:  map[string]bool{},
+		stale:     map[string]bool{},
+		published: map[string]*unrecorded{},
+		warned:    map[string]string{},
+		retries:   map[string]*retry{},
+		rand:      rand.Float64,
+		results:   make(chan result, 1),
 	}
 	d.batchFiles = batchFiles()
 	d.copiers = []*flush.Copier{d.copier}
 	for len(d.copiers) < cfg.Streams {
 		d.copiers = append(d.copiers, flush.NewCopier(th, cfg.Flush))
 	}
+	d.planDescriptors()
 	if d.beat == nil {
 		d.beat = NewHeartbeat(0)
 	}
@@ -275,6 +294,7 @@ func (d *daemon) loop(ctx context.Context) error {
 		case <-progress:
 			d.report()
 			d.logThrottle()
+			d.logAuto()
 		case <-progressLog:
 			d.logProgress()
 		case <-heartbeat:
@@ -605,7 +625,7 @@ func (d *daemon) logThrottle() {
 	d.log.Debug("throttle paused the copy", zap.Uint64("pauses", ts.Sleeps-d.throttled),
 		zap.Uint64("pauses_total", ts.Sleeps), zap.Duration("paused_total", ts.Slept),
 		limitField("bw_limit", d.limits.bw, logging.Rate("bw_limit", d.limits.bw)),
-		limitField("percent_limit", d.limits.percent, zap.Float64("percent_limit", d.limits.percent)))
+		percentField("percent_limit", d.limits.percent))
 	d.throttled = ts.Sleeps
 }
 
@@ -620,12 +640,21 @@ func (d *daemon) fileError(err error) {
 		if write {
 			d.log.Error("cannot rewrite the transfer file; its old image is intact, retrying", zap.Error(err))
 		} else {
-			d.log.Error("cannot use the transfer file; keeping the last good view", zap.Error(err))
+			d.log.Error("cannot use the transfer file; keeping the last good view", zap.Error(err), repairHint(err, d.cfg.TransferFile))
 		}
 	}
 	r := &d.fileRetry
 	r.delay = min(max(r.delay*2, d.cfg.RetryMin), d.cfg.RetryMax)
 	r.at = time.Now().Add(r.delay)
+}
+
+// repairHint is the log field that tells an operator the way out of a
+// transfer file that does not decode, and a skipped field otherwise.
+func repairHint(err error, path string) zap.Field {
+	if !errors.Is(err, hashfile.ErrFormat) {
+		return zap.Skip()
+	}
+	return zap.String("action", fmt.Sprintf("'scr-ctl repair --dry-run %s' says what can be kept; 'scr-ctl repair %s' keeps it and saves the corrupt file beside it", path, path))
 }
 
 // fileUsable ends a transfer-file problem.
@@ -670,15 +699,10 @@ func (d *daemon) applyLimits(v transfer.View) {
 			msg = "limits"
 		}
 		d.log.Info(msg, limitField("bw", next.bw, logging.Rate("bw", next.bw)),
-			limitField("percent", next.percent, zap.Float64("percent", next.percent)))
+			percentField("percent", next.percent))
 		d.limits = &next
 	}
-	for _, p := range v.Problems {
-		if key := "top " + p.Error(); !d.problems[key] {
-			d.problems[key] = true
-			d.log.Warn("malformed value in the transfer file ignored", zap.Error(p))
-		}
-	}
+	d.topProblems = warnProblems(d.log, v.Problems, d.topProblems, next)
 }
 
 // limitField is a BW or PERCENT for the log: "unlimited" for 0.
@@ -798,12 +822,11 @@ func stillWanted(g *transfer.File, j *job) string {
 
 func (d *daemon) start(f transfer.File) {
 	ctx, cancel := context.WithCancel(context.Background())
-	j := &job{file: f, cancel: cancel, started: time.Now(), from: f.Written}
+	j := &job{file: f, cancel: cancel, started: time.Now(), from: f.Written, reuse: d.published[f.Src]}
 	j.durable.Store(f.Written)
 	d.job = j
 	d.beat.workerStart()
-	d.log.Info("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
-		logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
+	d.logAttempt(f, d.retries[f.Src])
 	go func() {
 		r := result{job: j}
 		r.res, r.warnings, r.err = d.copyFile(ctx, j)
@@ -851,7 +874,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		_, wrote, err := d.store.UpdateContext(cctx, func(t *hashfile.Tree) error {
 			prev = j.durable.Load()
 			if n == f.Size {
-				ok = transfer.SetComplete(t, f, prev, crc, v.warnings())
+				ok = transfer.SetComplete(t, f, prev, crc, j.warnings(v))
 			} else {
 				ok = transfer.SetWrittenFrom(t, f, prev, n)
 			}
@@ -885,11 +908,18 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		}
 		return nil
 	}
+	if res, ok, err := recordOnly(j, commit); ok {
+		return res, j.reuse.warnings, err
+	}
 	c := d.copier
 	if j.copier != nil {
 		c = j.copier
 	}
 	res, err := c.Copy(ctx, fj, commit)
+	j.data = v.dataBetween(f.Written, f.Size)
+	if res.Complete && err != nil {
+		j.unrecorded = noteUnrecorded(f, res.CRC, v.warnings())
+	}
 	return res, v.warnings(), err
 }
 
@@ -904,7 +934,7 @@ func (d *daemon) finish(r result) {
 		for _, sub := range r.batch {
 			if sub.err == nil && sub.res.Complete {
 				files++
-				bytes += sub.job.file.Size - sub.job.from
+				bytes += sub.job.data
 			}
 			d.finish(sub)
 		}
@@ -918,6 +948,7 @@ func (d *daemon) finish(r result) {
 	}
 	f := r.job.file
 	var we *hashfile.WriteError
+	d.notePublished(r)
 	if r.res.Restarted != "" {
 		d.log.Warn("resume impossible; copied from the start", zap.String("src", f.Src), zap.String("reason", r.res.Restarted))
 	}
@@ -937,9 +968,12 @@ func (d *daemon) finish(r result) {
 		// last record and FLAG DONE.
 		if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
 			elapsed := d.lastOK.Sub(r.job.started)
+			// copied: this attempt's data bytes, which elapsed and the
+			// rate are about (a resumed file's size is not, nor holes).
 			ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
+				logging.Bytes("copied", r.job.data),
 				zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", rate.Average(f.Size-r.job.from, elapsed)))
+				logging.Rate("average_rate", rate.Average(r.job.data, elapsed)))
 		}
 	case r.err == nil:
 		// Stopped without an error: nothing to record.
@@ -1022,8 +1056,9 @@ func (d *daemon) forgetRetries(v transfer.View) {
 	for _, f := range v.Files {
 		present[f.Src] = true
 	}
-	for src := range d.retries {
+	for src, r := range d.retries {
 		if !present[src] {
+			d.logGaveUp(src, r)
 			delete(d.retries, src)
 		}
 	}
@@ -1067,6 +1102,10 @@ func (d *daemon) report() {
 	}
 	ts := d.throttle.Stats()
 	s.ThrottleSleeps, s.ThrottleSlept = ts.Sleeps, ts.Slept
+	s.BWAuto = d.throttle.AutoRate()
+	if d.limits != nil {
+		s.BWLimit, s.PercentLimit = d.limits.bw, d.limits.percent
+	}
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	if s != d.lastShown {

@@ -28,7 +28,19 @@ type Sample struct {
 	FilesWarned    int           // files flushed with a WARNING recorded
 	ThrottleSleeps uint64        // pauses imposed by BW or PERCENT since the start
 	ThrottleSlept  time.Duration // time spent in those pauses
+	BWAuto         float64       // BW auto's rate in force, bytes/s averaged; 0 when off (no series)
 	LastSuccess    time.Time     // when a file last completed; zero if never
+	BWLimit        float64       // BW in force, bytes per second; 0: no limit
+	PercentLimit   float64       // PERCENT in force; 0 (or 100): no limit
+	// Updated is when the daemon wrote this sample: an alert compares it
+	// with time() to tell a dead or hung daemon (whose last file stays,
+	// claiming its last state) from a live one.
+	Updated time.Time
+}
+
+// Build labels scr_transferd_build_info.
+type Build struct {
+	Version, Revision, GoVersion string
 }
 
 // States are the values of the state label; the one the daemon is in has
@@ -40,14 +52,17 @@ var states = [...]string{"RUNNING", "STOPPED", "EXITING"}
 type Textfile struct {
 	path   string
 	labels string // rendered label pairs shared by every series
+	build  string // the build's label pairs
 	buf    bytes.Buffer
 }
 
 // NewTextfile returns a Textfile writing to path (which should end in
 // ".prom" for the collector to read it), labelling every series with the
-// transfer file it reports on.
-func NewTextfile(path, transferFile string) *Textfile {
-	return &Textfile{path: path, labels: `transfer_file="` + escapeLabel(transferFile) + `"`}
+// transfer file it reports on, and build_info with b.
+func NewTextfile(path, transferFile string, b Build) *Textfile {
+	return &Textfile{path: path, labels: `transfer_file="` + escapeLabel(transferFile) + `"`,
+		build: `version="` + escapeLabel(b.Version) + `",revision="` + escapeLabel(b.Revision) +
+			`",goversion="` + escapeLabel(b.GoVersion) + `"`}
 }
 
 // Path returns the file written.
@@ -91,13 +106,51 @@ func (t *Textfile) Render(s Sample) []byte {
 	series("scr_transferd_throttle_sleeps_total", "", float64(s.ThrottleSleeps))
 	family("scr_transferd_throttle_sleep_seconds_total", "counter", "Time spent in pauses imposed by the BW and PERCENT limits.")
 	series("scr_transferd_throttle_sleep_seconds_total", "", s.ThrottleSlept.Seconds())
-	family("scr_transferd_last_success_timestamp_seconds", "gauge", "Unix time at which a file was last flushed completely; 0 if none yet.")
-	last := 0.0
-	if !s.LastSuccess.IsZero() {
-		last = float64(s.LastSuccess.UnixNano()) / 1e9
+	if s.BWAuto > 0 {
+		family("scr_transferd_bw_auto_bytes_per_second", "gauge", "Rate in force under --bw auto, bytes/s averaged over about 5 s; present only with --bw auto.")
+		series("scr_transferd_bw_auto_bytes_per_second", "", s.BWAuto)
 	}
-	series("scr_transferd_last_success_timestamp_seconds", "", last)
+	family("scr_transferd_last_success_timestamp_seconds", "gauge", "Unix time at which a file was last flushed completely; 0 if none yet.")
+	series("scr_transferd_last_success_timestamp_seconds", "", unixSeconds(s.LastSuccess))
+	t.renderLiveness(s, family, series)
 	return b.Bytes()
+}
+
+// renderLiveness renders the families that tell a live daemon and what
+// it applies: the time of the sample, the limits in force, the build.
+func (t *Textfile) renderLiveness(s Sample, family func(name, typ, help string), series func(name, extra string, v float64)) {
+	family("scr_transferd_last_update_timestamp_seconds", "gauge",
+		"Unix time at which the daemon last wrote this file (at least every "+Refresh.String()+"); a value far behind time() means the daemon is dead or hung.")
+	series("scr_transferd_last_update_timestamp_seconds", "", unixSeconds(s.Updated))
+	family("scr_transferd_bw_limit_bytes_per_second", "gauge", "BW in force, in bytes per second, as the daemon reads the transfer file; 0 for no limit.")
+	series("scr_transferd_bw_limit_bytes_per_second", "", s.BWLimit)
+	pct := s.PercentLimit
+	if pct >= 100 {
+		pct = 0
+	}
+	family("scr_transferd_percent_limit", "gauge", "PERCENT in force (share of wall time spent copying), as the daemon reads the transfer file; 0 for no limit.")
+	series("scr_transferd_percent_limit", "", pct)
+	family("scr_transferd_build_info", "gauge", "Always 1; the labels name the daemon's version, VCS revision and Go toolchain.")
+	series("scr_transferd_build_info", t.build, 1)
+}
+
+// Refresh is how often the daemon rewrites the metrics file when nothing
+// changed, so that scr_transferd_last_update_timestamp_seconds stays
+// fresh while it lives.
+const Refresh = 15 * time.Second
+
+// Due reports whether the file should be written at now: with news, or
+// when the last write (zero: none yet) is Refresh old.
+func Due(news bool, last, now time.Time) bool {
+	return news || last.IsZero() || now.Sub(last) >= Refresh
+}
+
+// unixSeconds is t in Unix seconds, 0 for the zero time.
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
 }
 
 // Update writes the file for s.

@@ -64,10 +64,11 @@ func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, want ma
 func TestExpositionParsesWithEveryFamily(t *testing.T) {
 	// A transfer-file path with every character the label escaping handles.
 	tf := "/dev/shm/user \"x\"\\y\nz/transfer.scrinfo"
-	m := NewTextfile(filepath.Join(t.TempDir(), "scr.prom"), tf)
+	m := NewTextfile(filepath.Join(t.TempDir(), "scr.prom"), tf, Build{Version: "v1.2.3", Revision: "0123abc", GoVersion: "go1.26.8"})
 	last := time.Date(2026, 3, 1, 12, 0, 0, 500e6, time.UTC)
 	s := Sample{State: "RUNNING", BytesCopied: 300, BytesDurable: 400, BytesPending: 900, Rate: 12.5, FilesInError: 2, FilesWarned: 3,
-		ThrottleSleeps: 7, ThrottleSlept: 1500 * time.Millisecond, LastSuccess: last}
+		ThrottleSleeps: 7, ThrottleSlept: 1500 * time.Millisecond, LastSuccess: last,
+		BWLimit: 20 << 20, PercentLimit: 150, Updated: last.Add(time.Minute)}
 	fams := parse(t, m.Render(s))
 	lbl := map[string]string{"transfer_file": tf}
 	types := map[string]dto.MetricType{
@@ -81,6 +82,10 @@ func TestExpositionParsesWithEveryFamily(t *testing.T) {
 		"scr_transferd_throttle_sleeps_total":          dto.MetricType_COUNTER,
 		"scr_transferd_throttle_sleep_seconds_total":   dto.MetricType_COUNTER,
 		"scr_transferd_last_success_timestamp_seconds": dto.MetricType_GAUGE,
+		"scr_transferd_last_update_timestamp_seconds":  dto.MetricType_GAUGE,
+		"scr_transferd_bw_limit_bytes_per_second":      dto.MetricType_GAUGE,
+		"scr_transferd_percent_limit":                  dto.MetricType_GAUGE,
+		"scr_transferd_build_info":                     dto.MetricType_GAUGE,
 	}
 	if len(fams) != len(types) {
 		t.Errorf("%d families, want %d", len(fams), len(types))
@@ -108,6 +113,10 @@ func TestExpositionParsesWithEveryFamily(t *testing.T) {
 		{"scr_transferd_throttle_sleeps_total", lbl, 7},
 		{"scr_transferd_throttle_sleep_seconds_total", lbl, 1.5},
 		{"scr_transferd_last_success_timestamp_seconds", lbl, float64(last.UnixNano()) / 1e9},
+		{"scr_transferd_last_update_timestamp_seconds", lbl, float64(last.Add(time.Minute).UnixNano()) / 1e9},
+		{"scr_transferd_bw_limit_bytes_per_second", lbl, 20 << 20},
+		{"scr_transferd_percent_limit", lbl, 0}, // 150 is no limit
+		{"scr_transferd_build_info", map[string]string{"transfer_file": tf, "version": "v1.2.3", "revision": "0123abc", "goversion": "go1.26.8"}, 1},
 	} {
 		if got := value(t, fams, tc.name, tc.labels); math.Abs(got-tc.want) > 1e-9*math.Max(1, tc.want) {
 			t.Errorf("%s%v = %v, want %v", tc.name, tc.labels, got, tc.want)
@@ -118,7 +127,7 @@ func TestExpositionParsesWithEveryFamily(t *testing.T) {
 func TestUpdateReplacesTheFileAtomically(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "scr-transferd.prom")
-	m := NewTextfile(path, "/t")
+	m := NewTextfile(path, "/t", Build{})
 	for _, st := range []string{"STOPPED", "RUNNING", "EXITING"} {
 		if err := m.Update(Sample{State: st}); err != nil {
 			t.Fatal(err)
@@ -158,7 +167,7 @@ func TestWriteAtomicReportsTheFile(t *testing.T) {
 
 func TestRemove(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "scr.prom")
-	tf := NewTextfile(path, "/dev/shm/u/scr.1/transfer.scrinfo")
+	tf := NewTextfile(path, "/dev/shm/u/scr.1/transfer.scrinfo", Build{})
 	if err := tf.Update(Sample{State: "EXITING"}); err != nil {
 		t.Fatal(err)
 	}
@@ -170,5 +179,27 @@ func TestRemove(t *testing.T) {
 	}
 	if err := tf.Remove(); err != nil {
 		t.Errorf("removing a file already gone: %v", err)
+	}
+}
+
+// TestDue: the file is written with news, and without news once Refresh
+// has passed since the last write, so that the update timestamp of a live
+// daemon never grows older than Refresh plus a tick.
+func TestDue(t *testing.T) {
+	t0 := time.Unix(1.8e9, 0)
+	for _, tc := range []struct {
+		news      bool
+		last, now time.Time
+		want      bool
+	}{
+		{news: true, last: t0, now: t0.Add(time.Second), want: true},
+		{news: false, last: t0, now: t0.Add(time.Second), want: false},
+		{news: false, last: t0, now: t0.Add(Refresh - time.Nanosecond), want: false},
+		{news: false, last: t0, now: t0.Add(Refresh), want: true},
+		{news: false, now: t0, want: true},
+	} {
+		if got := Due(tc.news, tc.last, tc.now); got != tc.want {
+			t.Errorf("Due(%v, %v, %v) = %v; want %v", tc.news, tc.last, tc.now, got, tc.want)
+		}
 	}
 }

@@ -136,7 +136,7 @@ func daemonText(d Daemon, now time.Time) string {
 // flush's time.
 func fileLine(r Report) string {
 	return fmt.Sprintf("%s  COMMAND %s  BW %s  PERCENT %s%s", r.TransferFile,
-		orNone(r.Command, "(none)"), BWText(r.BW), PercentText(r.Percent), elapsedText(r))
+		orNone(r.Command, "(none)"), keptText(r.BWKept, BWText(r.BW)), keptText(r.PercentKept, PercentText(r.Percent)), elapsedText(r))
 }
 
 // fileProgress is a file's progress line after its name.
@@ -411,6 +411,15 @@ func PercentText(p float64) string {
 		return "unlimited"
 	}
 	return fmt.Sprintf("%g%%", p)
+}
+
+// keptText is a limit's text, or what is in force when the file's value
+// is unusable (transfer.ReadLimits): the daemon's previous limit.
+func keptText(kept bool, text string) string {
+	if kept {
+		return "(previous value kept, see problem)"
+	}
+	return text
 }
 
 func orNone(s, none string) string {

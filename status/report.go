@@ -25,8 +25,13 @@ type Report struct {
 	Complete     bool      `json:"complete"` // FLAG DONE and every file complete
 	BW           float64   `json:"bw"`       // bytes per second; 0 = unlimited
 	Percent      float64   `json:"percent"`  // 0 = unlimited
-	Totals       Totals    `json:"totals"`
-	Files        []File    `json:"files"`
+	// BWKept and PercentKept: the value in the file is unusable, so the
+	// daemon keeps the limit it had in force (BW, Percent are then 0);
+	// Problems says what is wrong (transfer.ReadLimits).
+	BWKept      bool   `json:"bw_kept,omitempty"`
+	PercentKept bool   `json:"percent_kept,omitempty"`
+	Totals      Totals `json:"totals"`
+	Files       []File `json:"files"`
 	// Flush times the flush from the daemon's record (FLUSH); null when
 	// the file holds none that describes the flush it asks for.
 	Flush    *Flush   `json:"flush"`
@@ -115,7 +120,7 @@ func Build(path string, at time.Time, t *hashfile.Tree, m *Meter) Report {
 	r := Report{
 		Schema: Schema, TransferFile: path, Time: at,
 		State: string(v.State), Command: string(v.Command), Done: v.Done,
-		BW: v.BW, Percent: v.Percent, Files: []File{},
+		BW: v.BW, Percent: v.Percent, BWKept: v.BWBad, PercentKept: v.PercentBad, Files: []File{},
 	}
 	if v.Unknown != "" {
 		r.Command = v.Unknown

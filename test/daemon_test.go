@@ -63,7 +63,7 @@ func TestCreatesControlDirectory(t *testing.T) {
 	n := newNode(t)
 	n.transfer = filepath.Join(n.root, "new", "ctl", "transfer.scrinfo")
 	n.store = hashfile.NewStore(n.transfer, hashfile.Flock)
-	n.start()
+	n.start("--create-dir")
 	n.waitFor("STATE STOPPED in a new control directory", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
 }
 

@@ -147,7 +147,7 @@ func umaskCase(t *testing.T, mask int, libraryFirst, strict bool) {
 			return
 		}
 	} else {
-		d = n.startUmask(mask, flags...)
+		d = n.startUmask(mask, append(flags, "--create-dir")...)
 		n.waitFor("STATE recorded in the file the daemon created", settle, func(v transfer.View) bool {
 			return v.State == transfer.Stopped
 		})

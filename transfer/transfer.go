@@ -84,10 +84,10 @@ type View struct {
 	Unknown    string  // a COMMAND value the protocol does not know
 	State      State   // as recorded; "" if missing
 	Done       bool    // FLAG DONE present
-	BW         float64 // bytes per second; 0 (or absent) = unlimited
-	Percent    float64 // share of wall time the daemon may spend working, in percent; 0 (or absent) = unlimited
-	BWBad      bool    // BW is malformed: keep the last good value
-	PercentBad bool    // PERCENT is malformed: keep the last good value
+	BW         float64 // bytes per second in force (ReadLimits); 0 (or absent) = unlimited
+	Percent    float64 // share of wall time the daemon may spend working, in percent, in force; 0 (or absent) = unlimited
+	BWBad      bool    // BW is unusable: the last good value stays in force (Limits.BWKept)
+	PercentBad bool    // PERCENT is unusable: the last good value stays in force
 	Files      []File  // in the file's order
 	// Flush is the daemon's record of the flush it runs or last ran
 	// (FLUSH, this project's extension); zero if none.
@@ -114,8 +114,9 @@ func Read(t *hashfile.Tree) View {
 		v.State = State(s)
 	}
 	v.Done = t.Lookup(KeyFlag, FlagDone) != nil
-	v.BW, v.BWBad = readRate(t, KeyBW, &v.Problems)
-	v.Percent, v.PercentBad = readRate(t, KeyPercent, &v.Problems)
+	l := readLimits(t)
+	v.BW, v.BWBad, v.Percent, v.PercentBad = l.BW, l.BWKept, l.Percent, l.PercentKept
+	v.Problems = append(v.Problems, l.Problems...)
 	files := t.Get(KeyFiles)
 	if n := files.Len(); n > 0 {
 		// Sized once: growing a slice of 100,000 entries step by step
@@ -128,21 +129,6 @@ func Read(t *hashfile.Tree) View {
 	}
 	v.Flush = readFlush(t, &v.Problems)
 	return v
-}
-
-// readRate reads a non-negative finite number (0 if absent); bad reports,
-// with a problem recorded, anything else.
-func readRate(t *hashfile.Tree, key string, problems *[]error) (v float64, bad bool) {
-	f, _, err := t.Float(key)
-	switch {
-	case err != nil:
-		*problems = append(*problems, err)
-		return 0, true
-	case f < 0 || math.IsNaN(f) || math.IsInf(f, 0):
-		*problems = append(*problems, fmt.Errorf("%s: %v is not a non-negative number", key, f))
-		return 0, true
-	}
-	return f, false
 }
 
 func readFile(src string, e *hashfile.Tree) File {

@@ -66,7 +66,7 @@ func TestAddIsAllOrNothing(t *testing.T) {
 		manifest, msg string
 	}{
 		{"/c/x /p/x 10\n/c/y /p/y 10\n/c/z\n", "standard input: line 3: want SRC DEST [SIZE], got 1 fields"},
-		{"/c/x /p/x 10\n/c/y /p/y 1.5\n", "line 2: SIZE \"1.5\": want a whole number of bytes"},
+		{"/c/x /p/x 10\n/c/y /p/y 1.5\n", "line 2: SIZE \"1.5\" is 1.5 bytes: want a whole number of bytes"},
 		{"/c/x /p/x 10\n/c/x /p/other 10\n", "standard input line 2: SRC /c/x is listed twice (first at standard input line 1)"},
 		{"/c/x /p/x 10\n" + filepath.Join(dir, "missing") + " /p/m\n", "standard input line 2: source stat " + filepath.Join(dir, "missing")},
 		{"# nothing\n\n", "the manifest is empty"},

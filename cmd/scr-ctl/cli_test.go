@@ -30,6 +30,8 @@ func TestCommandLineMistakes(t *testing.T) {
 		{[]string{"set", tf, "bw", "0.5K"}, exitOK, "below 1 KiB/s", 512},
 		{[]string{"set", tf, "bw", "100MB"}, exitOK, "", 100 << 20},
 		{[]string{"set", tf, "bw", "100MiB"}, exitOK, "", 100 << 20},
+		{[]string{"set", tf, "bw", "0.5"}, exitUsage, "bw 0.5: 0.5 B/s is below 1 B/s, the smallest limit; 0 means no limit, and 0.5M means 0.5 MiB/s", 100 << 20},
+		{[]string{"set", tf, "percent", "150"}, exitUsage, `percent: "150" is not a number from 0 to 100`, 100 << 20},
 		{[]string{"add", "--size=-1", tf, "/c/a", "/p/a"}, exitUsage, `--size "-1" is negative`, -1},
 		{[]string{"wait", "--timout", "3s", tf}, exitUsage, "unknown flag --timout; did you mean --timeout?", -1},
 		{[]string{"status", "--wath", tf}, exitUsage, "unknown flag --wath; did you mean --watch?", -1},

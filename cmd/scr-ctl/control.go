@@ -291,13 +291,21 @@ func cmdSet(e *env, args []string) error {
 		if err != nil {
 			return usageError{"bw: " + err.Error()}
 		}
+		// The daemon's own reading of the value decides what it accepts:
+		// a BW below 1 B/s would be raised to 1 B/s, which nobody means.
+		if l := transfer.ReadLimits(strconv.FormatFloat(v, 'f', -1, 64), ""); len(l.Problems) > 0 {
+			return usageError{fmt.Sprintf("bw %s: %s B/s is below 1 B/s, the smallest limit; 0 means no limit, and 0.5M means 0.5 MiB/s",
+				pos[2], strconv.FormatFloat(v, 'g', -1, 64))}
+		}
 		if w := units.RateWarning(pos[2], v); w != "" {
 			fmt.Fprintf(e.stderr, "scr-ctl set: warning: bw %s\n", w)
 		}
 		edit = func(t *hashfile.Tree) { transfer.SetBW(t, v) }
 	case "percent":
-		v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(pos[2]), "%"), 64)
-		if err != nil || !(v >= 0 && v <= 100) {
+		raw := strings.TrimSuffix(strings.TrimSpace(pos[2]), "%")
+		l := transfer.ReadLimits("", raw)
+		v := l.Percent
+		if raw == "" || len(l.Problems) > 0 {
 			return usageError{fmt.Sprintf("percent: %q is not a number from 0 to 100", pos[2])}
 		}
 		edit = func(t *hashfile.Tree) { transfer.SetPercent(t, v) }
@@ -323,17 +331,10 @@ type addition struct {
 	where     string
 }
 
-// parseSize reads a SIZE: bytes, or a number with a unit (units.Parse),
-// a whole number of bytes.
+// parseSize reads a SIZE: bytes, or a number with a unit, a whole
+// number of bytes (units.ParseCount, as every size flag).
 func parseSize(s string) (int64, error) {
-	v, err := units.Parse(s)
-	switch {
-	case err != nil:
-		return 0, err
-	case v != math.Trunc(v) || v > math.MaxInt64:
-		return 0, fmt.Errorf("%q: want a whole number of bytes", s)
-	}
-	return int64(v), nil
+	return units.ParseCount(s, 0, math.MaxInt64)
 }
 
 // readManifest reads add's manifest from r: "SRC DEST [SIZE]" a line, tab-

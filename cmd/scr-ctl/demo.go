@@ -13,14 +13,12 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-
 	"github.com/scr-transferd/scr-transferd/cache"
 	"github.com/scr-transferd/scr-transferd/cache/cachetest"
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
@@ -252,9 +250,12 @@ func runDemo(e *env, l demoLayout, o demoOptions) (string, error) {
 		return "", err
 	}
 	defer logFile.Close()
-	ec := zap.NewProductionEncoderConfig()
-	ec.EncodeTime = zapcore.ISO8601TimeEncoder
-	log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(ec), zapcore.AddSync(logFile), zap.InfoLevel))
+	// The daemon's own logger, as scr-transferd makes it: sizes and rates
+	// in IEC units.
+	log, err := logging.New("console", "info", logFile)
+	if err != nil {
+		return "", err
+	}
 	// The library creates the transfer file; an empty one is an empty hash.
 	store := hashfile.NewStore(l.transfer, hashfile.Flock)
 	if _, _, err := store.Update(func(*hashfile.Tree) error { return nil }); err != nil {

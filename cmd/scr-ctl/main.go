@@ -103,6 +103,9 @@ func runEnv(e *env, args []string) int {
 		fmt.Fprintln(e.stdout, "scr-ctl", version.Get())
 		return exitOK
 	}
+	if len(args) == 1 && args[0] == "--help-man" {
+		return manPage(e.stdout) // hidden: docs/man/scr-ctl.1
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		out := e.stdout
 		if len(args) == 0 {
@@ -158,6 +161,7 @@ func printUsage(w io.Writer, cmds map[string]command) {
 	}
 	fmt.Fprintln(w, "\nRun 'scr-ctl COMMAND --help' for a command's flags, 'scr-ctl --version' for the version.")
 	fmt.Fprintln(w, "Exit status: 0 success, 1 the answer is no (an error, a corrupt file, a timeout), 2 wrong command line.")
+	fmt.Fprintf(w, "\nExamples:\n%s\n", examples)
 }
 
 // newFlags returns a flag set for a command whose --help prints its usage.
@@ -175,7 +179,7 @@ func newFlags(name string) *flag.FlagSet {
 		}
 		if hasFlags(fs) {
 			fmt.Fprintln(out, "\nFlags:")
-			fs.PrintDefaults()
+			cliflag.Help{Placeholders: placeholders()}.PrintFlags(out, fs)
 		}
 	}
 	return fs

@@ -88,7 +88,7 @@ type daemonProc struct {
 // running, and its log is shown if the test failed.
 func startDaemon(t *testing.T, tf string) *daemonProc {
 	t.Helper()
-	p := testenv.Start(t, exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", tf))
+	p := testenv.Start(t, exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", "--create-dir", tf))
 	// Ready once it has answered in the transfer file, which it creates
 	// if need be: a command given before that, on a loaded machine, could
 	// find no transfer file yet ("no such transfer file").

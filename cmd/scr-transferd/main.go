@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -48,7 +49,8 @@ type options struct {
 	nice      int
 	ioIdle    bool
 	metrics   string
-	version   bool // --version: print the version and exit
+	bw        string // --bw: "auto" or ""
+	version   bool   // --version: print the version and exit
 }
 
 // usageError is a mistake on the command line: run prints it on one line
@@ -85,6 +87,13 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if o.cfg.Verify, err = daemon.ParseVerify(o.verify); err != nil {
 		return nil, usageError{err.Error()}
 	}
+	switch o.bw {
+	case "auto":
+		o.cfg.BWAuto = true
+	case "":
+	default:
+		return nil, usageError{fmt.Sprintf("--bw %q: want auto (BW itself comes from the transfer file)", o.bw)}
+	}
 	if o.nice < 0 || o.nice > 19 {
 		return nil, usageError{fmt.Sprintf("--nice %d: want 0 to 19", o.nice)}
 	}
@@ -92,16 +101,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 }
 
 // usage is the text of --help.
-func usage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: scr-transferd [flags] TRANSFERFILE\n\n"+
-		"Copies every FILES entry of SCR's transfer file with WRITTEN < SIZE to its\n"+
-		"DESTINATION when the file says COMMAND RUN, throttled by BW and PERCENT.\n"+
-		"Flags may come before or after TRANSFERFILE.\n\nFlags:\n")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
-	fmt.Fprintf(w, "\nEnvironment: SCR_TRANSFER_SECS (default for --reread), SCR_FILE_BUF_SIZE (default for --buf-size).\n")
-}
+func usage(w io.Writer, fs *flag.FlagSet) { help().Text(w, fs) }
 
 // flags defines the daemon's flags, with defaults from the environment.
 func flags() (*options, *flag.FlagSet, error) {
@@ -119,12 +119,14 @@ func flags() (*options, *flag.FlagSet, error) {
 	}
 	fs.StringVar(&o.locking, "locking", "flock", "transfer-file lock: flock or fcntl (as KVTree was built)")
 	fs.DurationVar(&o.cfg.FcntlSettle, "fcntl-settle", 100*time.Millisecond, "with --locking=fcntl, let the transfer file go this long without a change the daemon did not make before locking it (SCR <= 1.2 fails on a busy fcntl lock)")
+	fs.BoolVar(&o.cfg.CreateDir, "create-dir", false, "create the transfer file's directory if it does not exist (by default a missing directory is refused as a mistyped path)")
 	fs.BoolVar(&o.cfg.StrictModes, "strict-modes", false, "refuse a group-writable transfer file or control directory too")
 	fs.DurationVar(&o.cfg.Reread, "reread", reread, "read the transfer file at least this often (SCR_TRANSFER_SECS)")
 	fs.DurationVar(&o.cfg.Poll, "poll", time.Second, "check the transfer file's metadata this often on network, cluster and FUSE file systems, where inotify misses other nodes' writes")
-	fs.IntVar(&o.cfg.Flush.BufSize, "buf-size", bufSize, "bytes read and written at once (SCR_FILE_BUF_SIZE)")
-	fs.Int64Var(&o.cfg.Flush.SyncBytes, "sync-bytes", flush.DefaultSyncBytes, "fsync the destination and record WRITTEN after this many bytes")
+	units.IntVar(fs, &o.cfg.Flush.BufSize, "buf-size", bufSize, 1, maxBufSize, "bytes read and written at once (SCR_FILE_BUF_SIZE)")
+	units.Int64Var(fs, &o.cfg.Flush.SyncBytes, "sync-bytes", flush.DefaultSyncBytes, 1, math.MaxInt64, "fsync the destination and record WRITTEN after this many bytes")
 	fs.DurationVar(&o.cfg.Flush.SyncInterval, "sync-interval", flush.DefaultSyncInterval, "... or after this long, whichever comes first")
+	fs.StringVar(&o.bw, "bw", "", "auto: set the copy rate from the latency of the destination's writes and fsyncs, yielding when others queue there; the transfer file's BW is then its ceiling")
 	fs.IntVar(&o.cfg.Streams, "streams", daemon.DefaultStreams, "small files of a batch copied at once, sharing BW and PERCENT")
 	fs.BoolVar(&o.cfg.Flush.SyncEach, "sync-each", false, "fsync each small file of a batch instead of one syncfs per local file system (ext4, XFS, btrfs, F2FS, tmpfs on Linux 5.8+)")
 	fs.BoolVar(&o.cfg.Flush.DropCache, "drop-cache", true, "drop copied pages from the page cache on both sides once durable (files of 1 MiB or more)")
@@ -151,6 +153,11 @@ func flags() (*options, *flag.FlagSet, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "--help-man" {
+		// Hidden: the manual page, made from the --help text
+		// (docs/man/scr-transferd.1).
+		return manPage(stdout)
+	}
 	o, err := parse(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -200,7 +207,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	svc.stopping()
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
-		return 1
+		return startFailureStatus(err)
 	}
 	return 0
 }
@@ -219,6 +226,10 @@ func envSeconds(name string, def time.Duration) (time.Duration, error) {
 	return time.Duration(f * float64(time.Second)), nil
 }
 
+// maxBufSize is the largest --buf-size: a read or write of more is split
+// by the kernel anyway.
+const maxBufSize = 1 << 31
+
 // envBytes reads a byte count from the environment, with SCR's optional
 // KB/MB/GB suffixes (powers of 1024).
 func envBytes(name string, def int) (int, error) {
@@ -226,19 +237,11 @@ func envBytes(name string, def int) (int, error) {
 	if !ok || strings.TrimSpace(s) == "" {
 		return def, nil
 	}
-	n, err := parseBytes(s)
+	n, err := units.ParseCount(s, 1, maxBufSize)
 	if err != nil {
-		return 0, fmt.Errorf("%s=%q: %w", name, s, err)
+		return 0, fmt.Errorf("%s: %w", name, err)
 	}
-	return n, nil
-}
-
-func parseBytes(s string) (int, error) {
-	v, err := units.Parse(s)
-	if err != nil || v < 1 || v > 1<<31 || v != float64(int(v)) {
-		return 0, errors.New("want a positive whole byte count such as 1048576 or 1MB")
-	}
-	return int(v), nil
+	return int(n), nil
 }
 
 // checkConfinement says at start, once, when --allow-src/--allow-dest

@@ -80,7 +80,7 @@ func TestPriorityOnEveryThread(t *testing.T) {
 	tf := filepath.Join(dir, "ctl", "transfer.scrinfo")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--nice=5", "--io-idle", "--poll=100ms", "--log-format=json", tf)
+	cmd := exec.CommandContext(ctx, bin, "--nice=5", "--io-idle", "--poll=100ms", "--log-format=json", "--create-dir", tf)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/internal/units"
+	"github.com/scr-transferd/scr-transferd/internal/version"
 	"github.com/scr-transferd/scr-transferd/metrics"
 )
 
@@ -44,13 +45,20 @@ type service struct {
 	finished chan struct{}
 
 	// Owned by the service goroutine.
-	metricsWritten bool // this process wrote the metrics file at least once
-	metricsFailing bool // the last write failed (logged once per run of failures)
+	metricsWritten bool      // this process wrote the metrics file at least once
+	metricsAt      time.Time // when it last tried to write it, zero if never
+	metricsFailing bool      // the last write failed (logged once per run of failures)
 }
 
 // startService starts the service goroutine; metricsFile may be empty.
 // Stop it with close.
 func startService(log *zap.Logger, transferFile, metricsFile string) *service {
+	vi := version.Get()
+	return startServiceBuild(log, transferFile, metricsFile, metrics.Build{Version: vi.Version, Revision: vi.Revision, GoVersion: vi.GoVersion})
+}
+
+// startServiceBuild is startService with the build the metrics name.
+func startServiceBuild(log *zap.Logger, transferFile, metricsFile string, build metrics.Build) *service {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &service{
 		log:      log,
@@ -60,7 +68,7 @@ func startService(log *zap.Logger, transferFile, metricsFile string) *service {
 		finished: make(chan struct{}),
 	}
 	if metricsFile != "" {
-		s.metrics = metrics.NewTextfile(metricsFile, transferFile)
+		s.metrics = metrics.NewTextfile(metricsFile, transferFile, build)
 	}
 	if d, err := sd.SdWatchdogEnabled(false); err != nil {
 		log.Warn("systemd watchdog settings unusable", zap.Error(err))
@@ -153,34 +161,47 @@ func (s *service) loop(ctx context.Context) {
 			return
 		case <-s.wake:
 			handle()
-		case <-tick:
-			if dirty {
+		case now := <-tick:
+			// News, or a refresh that keeps the update timestamp fresh
+			// while the daemon lives (not before the first snapshot).
+			if ready && metrics.Due(dirty, s.metricsAt, now) {
 				dirty = false
 				s.writeMetrics(last)
 			}
 		case <-watchdog:
-			// Ping only while the loop and the copy make progress: a
-			// daemon stuck on a lock or in the kernel must be seen.
-			why := s.beat.Stalled(time.Now(), s.watchdog/2)
-			if why == "" {
-				if stalled != "" {
-					s.log.Info("watchdog pings resumed")
-					stalled = ""
-				}
-				s.send("WATCHDOG=1")
-			} else if stalled == "" {
-				stalled = why
-				s.log.Warn("watchdog: not pinging", zap.String("reason", why))
-			}
+			stalled = s.pingWatchdog(stalled)
 		}
 	}
+}
+
+// pingWatchdog sends WATCHDOG=1 only while the loop and the copy make
+// progress: a daemon stuck on a lock or in the kernel must be seen.
+// stalled is what stopped the pings ("" if nothing), logged once; it
+// returns the new one.
+func (s *service) pingWatchdog(stalled string) string {
+	why := s.beat.Stalled(time.Now(), s.watchdog/2)
+	if why != "" {
+		if stalled == "" {
+			s.log.Warn("watchdog: not pinging", zap.String("reason", why))
+		}
+		return why
+	}
+	if stalled != "" {
+		s.log.Info("watchdog pings resumed")
+	}
+	s.send("WATCHDOG=1")
+	return ""
 }
 
 func (s *service) writeMetrics(st daemon.Status) {
 	if s.metrics == nil {
 		return
 	}
+	s.metricsAt = time.Now()
 	if err := s.metrics.Update(metrics.Sample{
+		Updated:        s.metricsAt,
+		BWLimit:        st.BWLimit,
+		PercentLimit:   st.PercentLimit,
 		State:          string(st.State),
 		BytesCopied:    st.BytesCopied,
 		BytesDurable:   st.BytesWritten,
@@ -190,6 +211,7 @@ func (s *service) writeMetrics(st daemon.Status) {
 		FilesWarned:    st.FilesWarned,
 		ThrottleSleeps: st.ThrottleSleeps,
 		ThrottleSlept:  st.ThrottleSlept,
+		BWAuto:         st.BWAuto,
 		LastSuccess:    st.LastSuccess,
 	}); err != nil {
 		// Once per run of failures: the service writes every second
@@ -244,7 +266,7 @@ func statusLine(st daemon.Status) string {
 	}
 	s += fmt.Sprintf("; %s pending", units.IEC(float64(st.BytesPending)))
 	if st.FilesInError > 0 {
-		s += fmt.Sprintf("; %d files in error", st.FilesInError)
+		s += "; " + units.Plural(st.FilesInError, "file", "files") + " in error"
 	}
 	return s
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -8,11 +9,15 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/scr-transferd/scr-transferd/daemon"
+	"github.com/scr-transferd/scr-transferd/metrics"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -98,5 +103,60 @@ func TestMetricsFileOfAnotherProcessKept(t *testing.T) {
 	s.close()
 	if _, err := os.Stat(prom); err != nil {
 		t.Fatalf("another process's metrics file was removed: %v", err)
+	}
+}
+
+// TestMetricsFileNamesLimitsBuildAndTime: the file the service writes
+// parses with Prometheus's text parser and carries the limits in force,
+// the build and the time it was written, which an alert compares with
+// time().
+func TestMetricsFileNamesLimitsBuildAndTime(t *testing.T) {
+	prom := filepath.Join(t.TempDir(), "scr.prom")
+	build := metrics.Build{Version: "v9.9.9", Revision: "feedface", GoVersion: "go1.26.8"}
+	s := startServiceBuild(zap.NewNop(), "/dev/shm/u/scr.1/transfer.scrinfo", prom, build)
+	defer s.close()
+	before := time.Now()
+	s.onStatus(daemon.Status{State: transfer.Running, BWLimit: 8 << 20, PercentLimit: 25})
+	var fams map[string]*dto.MetricFamily
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if b, err := os.ReadFile(prom); err == nil {
+			p := expfmt.NewTextParser(model.LegacyValidation)
+			fams, err = p.TextToMetricFamilies(bytes.NewReader(b))
+			if err != nil {
+				t.Fatalf("Prometheus's parser rejects the file: %v\n%s", err, b)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the metrics file was never written")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the file
+	}
+	gauge := func(name string) (float64, map[string]string) {
+		t.Helper()
+		f := fams[name]
+		if f == nil || len(f.GetMetric()) != 1 {
+			t.Fatalf("%s: %v", name, f)
+		}
+		m := f.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		return m.GetGauge().GetValue(), labels
+	}
+	if v, _ := gauge("scr_transferd_bw_limit_bytes_per_second"); v != 8<<20 {
+		t.Errorf("BW limit %v", v)
+	}
+	if v, _ := gauge("scr_transferd_percent_limit"); v != 25 {
+		t.Errorf("PERCENT limit %v", v)
+	}
+	if v, l := gauge("scr_transferd_build_info"); v != 1 || l["version"] != "v9.9.9" || l["revision"] != "feedface" || l["goversion"] != "go1.26.8" {
+		t.Errorf("build_info %v %v", v, l)
+	}
+	v, _ := gauge("scr_transferd_last_update_timestamp_seconds")
+	if at := time.Unix(0, int64(v*1e9)); at.Before(before.Add(-time.Second)) || at.After(time.Now().Add(time.Second)) {
+		t.Errorf("last update %v; want between %v and now", at, before)
 	}
 }

@@ -129,8 +129,10 @@ func TestServiceManners(t *testing.T) {
 	src := filepath.Join(dir, "cache", "ckpt")
 	dst := filepath.Join(dir, "pfs", "ckpt")
 	const size = 2 << 20
-	if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{filepath.Dir(src), filepath.Dir(tf)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.WriteFile(src, bytes.Repeat([]byte("checkpoint"), size/10+1)[:size], 0o644); err != nil {
 		t.Fatal(err)
@@ -246,6 +248,8 @@ func TestStatusLine(t *testing.T) {
 		{daemon.Status{State: transfer.Stopped}, "STOPPED: idle; 0 B pending"},
 		{daemon.Status{State: transfer.Running, File: "/c/a", Rate: 3 << 20, BytesPending: 5 << 30, FilesInError: 2},
 			"RUNNING: copying /c/a at 3.00 MiB/s; 5.00 GiB pending; 2 files in error"},
+		{daemon.Status{State: transfer.Running, BytesPending: 1536, FilesInError: 1},
+			"RUNNING: idle; 1.50 KiB pending; 1 file in error"},
 		{daemon.Status{State: transfer.Running, File: "/c/a", LockWaitSince: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
 			"RUNNING: waiting for the transfer-file lock held since 2026-01-02T03:04:05Z; 0 B pending"},
 	} {

@@ -93,6 +93,8 @@ func Explain(fs *flag.FlagSet, err error) string {
 					why = "want a duration such as 500ms, 30s, 5m or 1h"
 				}
 			}
+			// A value's own error may name the value already.
+			why = strings.TrimPrefix(why, val+": ")
 			return fmt.Sprintf("--%s %s: %s", name, val, why)
 		}
 	}

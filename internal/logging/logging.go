@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -42,23 +43,38 @@ func Rate(key string, bytesPerSecond float64) zap.Field {
 }
 
 // New returns a logger writing to w in format "console" or "json" at level
-// "debug", "info", "warn" or "error".
+// "debug", "info", "warn" or "error". When w is the stream journald reads
+// (JournalStream, from the JOURNAL_STREAM variable systemd sets), each
+// line is prefixed with its syslog priority, so that the journal records
+// errors as errors (journalctl -p err) rather than everything at info.
 func New(format, level string, w io.Writer) (*zap.Logger, error) {
+	f, _ := w.(*os.File)
+	return newLogger(format, level, w, JournalStream(os.Getenv("JOURNAL_STREAM"), f))
+}
+
+// newLogger is New, told whether w is the journal's stream.
+func newLogger(format, level string, w io.Writer, journal bool) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	ec := zap.NewProductionEncoderConfig()
 	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	newCore := func(enc zapcore.Encoder) zapcore.Core {
+		if journal {
+			return newPrefixCore(enc, w, lvl)
+		}
+		return zapcore.NewCore(enc, zapcore.AddSync(w), lvl)
+	}
 	var core zapcore.Core
 	switch format {
 	case "json":
 		ec.EncodeDuration = zapcore.SecondsDurationEncoder
-		core = zapcore.NewCore(zapcore.NewJSONEncoder(ec), zapcore.AddSync(w), lvl)
+		core = newCore(zapcore.NewJSONEncoder(ec))
 	case "console":
 		ec.EncodeLevel = zapcore.CapitalLevelEncoder
 		ec.EncodeDuration = zapcore.StringDurationEncoder
-		core = humanCore{zapcore.NewCore(zapcore.NewConsoleEncoder(ec), zapcore.AddSync(w), lvl)}
+		core = humanCore{newCore(zapcore.NewConsoleEncoder(ec))}
 	default:
 		return nil, fmt.Errorf("--log-format %q: want console or json", format)
 	}

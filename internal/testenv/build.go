@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -23,8 +24,10 @@ const (
 
 // Build says how the commands are built for a test package.
 type Build struct {
-	// Commands names the commands under cmd/ to build; empty means
-	// scr-transferd and scr-ctl.
+	// Commands names the commands to build: a name under cmd/, or a
+	// package path within the module holding a slash (such as
+	// internal/fusetest/cmd/fusemount); empty means scr-transferd and
+	// scr-ctl.
 	Commands []string
 	// Race builds them with the race detector (Build{Race: Race} runs
 	// them the way the tests themselves run).
@@ -45,7 +48,10 @@ func (b Build) args(dir string) []string {
 		cmds = []string{Daemon, Ctl}
 	}
 	for _, c := range cmds {
-		args = append(args, modulePath+"/cmd/"+c)
+		if !strings.Contains(c, "/") {
+			c = "cmd/" + c
+		}
+		args = append(args, modulePath+"/"+c)
 	}
 	return args
 }

@@ -226,6 +226,7 @@ func TestBuildArgs(t *testing.T) {
 		{Build{}, "build -o D " + modulePath + "/cmd/scr-transferd " + modulePath + "/cmd/scr-ctl"},
 		{Build{Race: true, Commands: []string{Daemon}}, "build -o D -race " + modulePath + "/cmd/scr-transferd"},
 		{Build{Static: true, Commands: []string{Ctl}}, "build -o D " + modulePath + "/cmd/scr-ctl"},
+		{Build{Commands: []string{"internal/fusetest/cmd/fusemount"}}, "build -o D " + modulePath + "/internal/fusetest/cmd/fusemount"},
 	}
 	for _, tc := range tests {
 		if got := strings.Join(tc.b.args("D"), " "); got != tc.want {

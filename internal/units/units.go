@@ -116,3 +116,12 @@ func IEC(n float64) string {
 	}
 	return strconv.FormatFloat(n, 'f', prec, 64) + " " + prefixes[i:i+1] + "iB"
 }
+
+// Plural writes a count of things for a person: "1 file", "2 files",
+// "0 files". many is the plural form ("files", "entries").
+func Plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}

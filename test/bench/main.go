@@ -48,6 +48,9 @@ type config struct {
 	interferenceSize   int64 // bytes of the flush beside the triad
 	interferenceRounds int
 	entries            []int
+
+	autoSize     int64   // bytes of each flush of the BW auto section
+	autoCapacity float64 // bytes/s of its shared destination
 }
 
 func run() error {
@@ -61,8 +64,10 @@ func run() error {
 	var isize string
 	flag.StringVar(&isize, "interference-size", "4GiB", "size of the flush beside the triad in the interference section")
 	flag.IntVar(&c.interferenceRounds, "interference-rounds", 5, "interleaved rounds of the interference section (the median is reported)")
-	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile,many (default all)")
+	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile,many,auto (default all)")
 	entries := flag.String("entries", "1000,10000,100000", "entry counts of 1 KiB files for the many-files section")
+	asize := flag.String("auto-size", "512MiB", "size of each flush of the BW auto section")
+	flag.Float64Var(&c.autoCapacity, "auto-capacity", 100e6, "bandwidth in bytes/s of the BW auto section's shared FUSE destination")
 	flag.Parse()
 	n, err := parseSize(size)
 	if err != nil {
@@ -71,6 +76,9 @@ func run() error {
 	c.size = n
 	if c.interferenceSize, err = parseSize(isize); err != nil {
 		return fmt.Errorf("-interference-size: %w", err)
+	}
+	if c.autoSize, err = parseSize(*asize); err != nil {
+		return fmt.Errorf("-auto-size: %w", err)
 	}
 	for _, e := range strings.Split(*entries, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(e))
@@ -105,6 +113,7 @@ func run() error {
 		{"sparse", b.sparseFlush},
 		{"hashfile", b.hashfileBench},
 		{"many", b.manyFiles},
+		{"auto", b.bwAuto},
 	}
 	for _, s := range sections {
 		if c.only != "" && !slices.Contains(strings.Split(c.only, ","), s.name) {

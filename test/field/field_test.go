@@ -38,6 +38,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	// The cache reaper, where the job scripts look for it (PATH).
+	if err := copyFile("../../deploy/slurm/reap-caches.sh", filepath.Join(dir, "scr-transferd-reap"), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		_ = bins.Remove()
+		os.Exit(1)
+	}
 	os.Exit(testenv.Main(m, bins, plainBins))
 }
 
@@ -150,4 +156,16 @@ func sameBytes(t *testing.T, entries []manifestEntry) {
 			t.Errorf("%s differs from its source (sha256 %s, want %s)", e.dest, got, e.sum)
 		}
 	}
+}
+
+// copyFile copies src to dst with mode perm.
+func copyFile(src, dst string, perm os.FileMode) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(dst, b, perm); err != nil {
+		return err
+	}
+	return os.Chmod(dst, perm)
 }
