@@ -14,6 +14,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/fusetest"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -70,6 +71,7 @@ func sharedPFS(t *testing.T, backing, mount string, bw float64) {
 // here asserts a speed: the benchmark (go run ./test/bench -only auto)
 // measures that.
 func TestBWAutoSharedDestination(t *testing.T) {
+	testenv.Long(t, "a FUSE destination of finite bandwidth shared with an application")
 	n := newNode(t)
 	shared := filepath.Join(n.root, "shared")
 	sharedPFS(t, t.TempDir(), shared, 50e6)
