@@ -8,8 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
+
+	"github.com/scr-transferd/scr-transferd/internal/beneath"
+	"github.com/scr-transferd/scr-transferd/internal/byterange"
+	"golang.org/x/sys/unix"
 )
 
 // Kind is the checkpoint format of a file.
@@ -27,11 +30,9 @@ const (
 	LIME Kind = "lime"
 )
 
-// Range is the byte range [Off, Off+Len) of a file.
-type Range struct{ Off, Len int64 }
-
-// End returns Off+Len.
-func (r Range) End() int64 { return r.Off + r.Len }
+// Range is the byte range [Off, Off+Len) of a file; flush.Range is the
+// same type.
+type Range = byterange.Range
 
 // Report describes a file Inspect identified and validated.
 type Report struct {
@@ -115,19 +116,16 @@ type Options struct {
 	// read for hashing, so that the caller can keep verification within
 	// PERCENT share of working time; an error from it stops the inspection.
 	Pace func(ctx context.Context) error
-	// Root, if set, is where companion files (the other members of a
-	// multi-file SIONlib container, the other volumes of a LIME partition
-	// set) are opened: their paths are taken relative to Root.Name() and
-	// opened beneath it, so that neither ".." nor a symbolic link leads
-	// outside. A companion whose path lies outside Root counts as absent;
-	// one that a symbolic link leads outside is an error naming it. Unset,
-	// companions are opened by path.
-	Root *os.Root
-	// RootDir, when Root is unset, confines companions as Root does to the
-	// directory it names: an os.Root of it is opened the first time a
-	// companion is needed, and closed when the inspection ends. Most
-	// checkpoints have no companion; opening a root for each of thousands
-	// of small files would cost more than checking them.
+	// RootDir, if set, confines the files an inspection opens by path (the
+	// file itself for InspectWith, and its companions: the other members of
+	// a multi-file SIONlib container, the other volumes of a LIME partition
+	// set) to the directory it names, by the rule of package beneath: a
+	// path lexically outside RootDir counts as absent; one that a symbolic
+	// link leads outside, or that is itself a symbolic link, is an error
+	// naming it. The directory is opened the first time a file is needed,
+	// and closed when the inspection ends: most checkpoints have no
+	// companion, and opening a root for each of thousands of small files
+	// would cost more than checking them. Unset, files are opened by path.
 	RootDir string
 	// Buffers, if set, lends the inspection its buffer for reading the
 	// end of the file, so that checks of many small files reuse a few.
@@ -137,55 +135,11 @@ type Options struct {
 // fsys returns the file system companions are opened in, and what to call
 // when the inspection ends.
 func (o Options) fsys() (fileSystem, func()) {
-	switch {
-	case o.Root != nil:
-		return rootFS{root: o.Root, dir: filepath.Clean(o.Root.Name())}, func() {}
-	case o.RootDir != "":
-		l := &lazyRootFS{dir: o.RootDir}
-		return l, l.close
+	if o.RootDir == "" {
+		return osFS{}, func() {}
 	}
-	return osFS{}, func() {}
-}
-
-// lazyRootFS is rootFS with the root opened on first use.
-type lazyRootFS struct {
-	dir string
-	fs  *rootFS
-	err error
-}
-
-func (l *lazyRootFS) get() (*rootFS, error) {
-	if l.fs == nil && l.err == nil {
-		root, err := os.OpenRoot(l.dir)
-		if err != nil {
-			l.err = fmt.Errorf("confining directory: %w", err)
-		} else {
-			l.fs = &rootFS{root: root, dir: filepath.Clean(root.Name())}
-		}
-	}
-	return l.fs, l.err
-}
-
-func (l *lazyRootFS) open(path string) (file, error) {
-	r, err := l.get()
-	if err != nil {
-		return nil, err
-	}
-	return r.open(path)
-}
-
-func (l *lazyRootFS) readDir(dir string) ([]string, error) {
-	r, err := l.get()
-	if err != nil {
-		return nil, err
-	}
-	return r.readDir(dir)
-}
-
-func (l *lazyRootFS) close() {
-	if l.fs != nil {
-		_ = l.fs.root.Close()
-	}
+	r := &rootFS{dir: filepath.Clean(o.RootDir), fd: -1}
+	return r, r.close
 }
 
 // InspectWith is Inspect with options.
@@ -308,7 +262,7 @@ func wholeFile(size int64) []Range {
 	if size == 0 {
 		return nil
 	}
-	return []Range{{0, size}}
+	return []Range{{Off: 0, Len: size}}
 }
 
 // fileSystem is the part of the file system Inspect uses: the operating
@@ -367,32 +321,59 @@ func (osFS) readDir(dir string) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-// rootFS opens files beneath an os.Root: the kernel is asked for each
-// component in turn without following symbolic links, and a link is
-// followed only while it stays inside the root (os.Root's rules), so a
-// companion's path cannot lead outside the directory the caller confines
-// its sources to.
+// rootFS opens files beneath the directory dir by the rule of package
+// beneath (the one the copy opens its sources by), so that a companion's
+// path cannot lead outside the directory the caller confines its sources
+// to. dir is opened on first use.
 type rootFS struct {
-	root *os.Root
-	dir  string // root.Name(), cleaned
+	dir string // cleaned
+	fd  int    // dir, once opened; -1 before
+	err error  // why dir could not be opened
 }
 
-// rel returns path relative to the root, or an error wrapping
-// fs.ErrNotExist when it lies outside: a companion out of reach is absent.
-func (r rootFS) rel(op, path string) (string, error) {
-	rel, err := filepath.Rel(r.dir, absPath(path))
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
-		return "", &fs.PathError{Op: op, Path: path, Err: fmt.Errorf("outside %s: %w", r.dir, fs.ErrNotExist)}
+// root returns the descriptor of dir, opening it the first time.
+func (r *rootFS) root() (int, error) {
+	if r.fd < 0 && r.err == nil {
+		fd, _, err := beneath.OpenRoot(r.dir, r.dir)
+		if err != nil {
+			r.err = err
+		}
+		r.fd = fd
 	}
-	return rel, nil
+	return r.fd, r.err
 }
 
-func (r rootFS) open(path string) (file, error) {
-	rel, err := r.rel("open", path)
+// close closes dir if it was opened.
+func (r *rootFS) close() {
+	if r.fd >= 0 {
+		_ = unix.Close(r.fd)
+		r.fd = -1
+	}
+}
+
+// openBeneath opens path beneath the root with flags. A path lexically
+// outside the root is an error wrapping fs.ErrNotExist: a companion out of
+// reach is absent.
+func (r *rootFS) openBeneath(op, path string, flags int) (*os.File, error) {
+	rel, ok := beneath.Rel(r.dir, absPath(path))
+	if !ok {
+		return nil, &fs.PathError{Op: op, Path: path, Err: fmt.Errorf("%w %s: %w", beneath.ErrOutside, r.dir, fs.ErrNotExist)}
+	}
+	dirFD, err := r.root()
 	if err != nil {
-		return nil, err
+		return nil, &fs.PathError{Op: op, Path: path, Err: err}
 	}
-	f, err := r.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	fd, err := beneath.Open(dirFD, rel, flags, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: op, Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+func (r *rootFS) open(path string) (file, error) {
+	// O_NONBLOCK keeps a FIFO put in place of a companion from blocking
+	// the open; it has no effect on regular files.
+	f, err := r.openBeneath("open", path, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return nil, err
 	}
@@ -408,12 +389,8 @@ func (r rootFS) open(path string) (file, error) {
 	return osFile{File: f, n: st.Size()}, nil
 }
 
-func (r rootFS) readDir(dir string) ([]string, error) {
-	rel, err := r.rel("readdir", dir)
-	if err != nil {
-		return nil, err
-	}
-	f, err := r.root.Open(rel)
+func (r *rootFS) readDir(dir string) ([]string, error) {
+	f, err := r.openBeneath("readdir", dir, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return nil, err
 	}

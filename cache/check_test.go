@@ -35,7 +35,7 @@ func feedAll(t *testing.T, c *Check, data []byte, piece int) {
 
 // TestCheckAgreesWithInspect: the streamed check of every shared sample,
 // fed in pieces of several sizes with holes left out, reaches Inspect's
-// verdict, with companions opened beneath an os.Root.
+// verdict, with companions opened beneath the samples' directory.
 func TestCheckAgreesWithInspect(t *testing.T) {
 	for _, sub := range []string{"ftiff", "lime", "sion"} {
 		dir := shareddata.Dir(t, sub)
@@ -43,11 +43,6 @@ func TestCheckAgreesWithInspect(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		root, err := os.OpenRoot(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer root.Close()
 		for _, e := range names {
 			path := filepath.Join(dir, e.Name())
 			data, err := os.ReadFile(path)
@@ -60,7 +55,7 @@ func TestCheckAgreesWithInspect(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				c := StartCheck(context.Background(), f, int64(len(data)), path, Options{Root: root})
+				c := StartCheck(context.Background(), f, int64(len(data)), path, Options{RootDir: dir})
 				if _, _, done := c.Early(); !done {
 					feedAll(t, c, data, piece)
 				}
@@ -100,19 +95,45 @@ func TestCheckCompanionOutsideRoot(t *testing.T) {
 	if err := os.Symlink(filepath.Join(out, "m.sion.000001"), filepath.Join(in, "m.sion.000001")); err != nil {
 		t.Fatal(err)
 	}
-	root, err := os.OpenRoot(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rep, err := InspectFile(context.Background(), f, int64(len(data)), path, Options{Root: root})
+	rep, err := InspectFile(context.Background(), f, int64(len(data)), path, Options{RootDir: in})
 	if err == nil || !strings.Contains(err.Error(), "m.sion.000001") {
 		t.Fatalf("report %+v, error %v: the member leading outside the root should be refused by name", rep, err)
 	}
 	t.Log(err)
+}
+
+// TestCompanionFinalSymlink: a companion that is itself a symbolic link is
+// not followed, even to the real member beside it, as the copy does not
+// follow a source that is one: the check fails naming it.
+func TestCompanionFinalSymlink(t *testing.T) {
+	sion := shareddata.Dir(t, "sion")
+	in := t.TempDir()
+	for _, name := range []string{"multifile_6t_2f.sion", "multifile_6t_2f.sion.000001"} {
+		data, err := os.ReadFile(filepath.Join(sion, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(in, strings.Replace(name, "multifile_6t_2f", "real", 1)), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(in, "m.sion")
+	if err := os.Rename(filepath.Join(in, "real.sion"), path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real.sion.000001", filepath.Join(in, "m.sion.000001")); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := InspectWith(context.Background(), path, Options{RootDir: in})
+	if err == nil || !strings.Contains(err.Error(), "m.sion.000001") || !errors.Is(err, syscall.ELOOP) {
+		t.Fatalf("report %+v, error %v: the member that is a symbolic link should be refused by name", rep, err)
+	}
+	if _, err := Inspect(context.Background(), path); err != nil {
+		t.Fatalf("unconfined, the set is sound (the link followed): %v", err)
+	}
 }

@@ -112,19 +112,8 @@ type (
 	sionPlaced = cachetest.SIONPlaced
 )
 
-// encodeSION encodes sp with the ranges as this package's Ranges.
-func encodeSION(sp sionSpec) ([]byte, []Range, sionPlaced) {
-	b, rs, pl := sp.Encode()
-	return b, toRanges(rs), pl
-}
-
-func toRanges(in []cachetest.Range) []Range {
-	out := make([]Range, len(in))
-	for i, r := range in {
-		out[i] = Range{r.Off, r.Len}
-	}
-	return out
-}
+// encodeSION encodes sp; its ranges are this package's Ranges.
+func encodeSION(sp sionSpec) ([]byte, []Range, sionPlaced) { return sp.Encode() }
 
 func sionMultiSpec(o binary.ByteOrder) []sionSpec { return cachetest.SIONMultiSpec(o) }
 

@@ -21,7 +21,7 @@ func TestFTIFFGenerated(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/ckpt%d", o, i+1), func(t *testing.T) {
 				rep, err := inspectBytes(t, "Ckpt.fti", b)
 				wantValid(t, rep, err, FTIFF)
-				if !slices.Equal(rep.Ranges, []Range{{0, int64(len(b))}}) {
+				if !slices.Equal(rep.Ranges, []Range{{Off: 0, Len: int64(len(b))}}) {
 					t.Fatalf("ranges %v", rep.Ranges)
 				}
 				if !strings.Contains(rep.Detail, fmt.Sprintf("ckpt %d,", i+1)) || !strings.Contains(rep.Detail, fmt.Sprintf("(%d empty)", empties[i])) {

@@ -75,19 +75,19 @@ func TestInteropSION(t *testing.T) {
 		{file: "bad_magic.sion", kind: SION, code: "E_BAD_MAGIC", offset: 0, msg: []string{`"SIOX"`}},
 		{file: "bad_meta2_offset.sion", kind: SION, code: "E_META2_OUT_OF_BOUNDS", offset: 1144, msg: []string{"start_of_varheader 1114244 outside file of 1048708 bytes"}},
 		{file: "multiblk_4t_serial.sion", kind: SION, msg: []string{"sion v5 little-endian, 4 tasks, 3 blocks"}, ranges: []Range{
-			{0, 1152}, {65536, 131172 - 65536}, {262144, 40000}, {393216, 65536}, {589824, 40000}, {720896, 1000}, {917504, 40000}, {1048576, 132},
+			{Off: 0, Len: 1152}, {Off: 65536, Len: 131172 - 65536}, {Off: 262144, Len: 40000}, {Off: 393216, Len: 65536}, {Off: 589824, Len: 40000}, {Off: 720896, Len: 1000}, {Off: 917504, Len: 40000}, {Off: 1048576, Len: 132},
 		}},
 		{file: "multifile_6t_2f.sion", kind: SION, msg: []string{"3 tasks, 2 blocks", "file 0 of 2"}, ranges: []Range{
-			{0, 1136}, {4096, 3000}, {8192, 12000}, {20480, 100}, {28672, 4000}, {45056, 124},
+			{Off: 0, Len: 1136}, {Off: 4096, Len: 3000}, {Off: 8192, Len: 12000}, {Off: 20480, Len: 100}, {Off: 28672, Len: 4000}, {Off: 45056, Len: 124},
 		}, companions: []string{"multifile_6t_2f.sion.000001"}},
 		{file: "multifile_6t_2f.sion.000001", kind: SION, msg: []string{"file 1 of 2"}, ranges: []Range{
-			{0, 1136}, {8192, 5000}, {16384, 1}, {24576, 5000}, {36864, 72},
+			{Off: 0, Len: 1136}, {Off: 8192, Len: 5000}, {Off: 16384, Len: 1}, {Off: 24576, Len: 5000}, {Off: 36864, Len: 72},
 		}, companions: []string{"multifile_6t_2f.sion"}},
 		{file: "single_4t_1blk.sion", kind: SION, msg: []string{"4 tasks, 1 block"}, ranges: []Range{
-			{0, 1152}, {4096, 500}, {8192, 4000}, {20480, 28736 - 20480},
+			{Off: 0, Len: 1152}, {Off: 4096, Len: 500}, {Off: 8192, Len: 4000}, {Off: 20480, Len: 28736 - 20480},
 		}},
 		{file: "sparse_4t_bigchunk.sion", kind: SION, ranges: []Range{
-			{0, 1152}, {65536, 4096}, {1114112, 4096}, {2162688, 4096}, {3211264, 4096}, {4259840, 64},
+			{Off: 0, Len: 1152}, {Off: 65536, Len: 4096}, {Off: 1114112, Len: 4096}, {Off: 2162688, Len: 4096}, {Off: 3211264, Len: 4096}, {Off: 4259840, Len: 64},
 		}},
 		{file: "README.md", kind: Plain},
 	})

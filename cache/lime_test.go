@@ -63,7 +63,7 @@ func TestLIMEGenerated(t *testing.T) {
 			if want := "scidac " + count(int64(tc.records), "binary record"); !strings.Contains(rep.Detail, want) || !strings.Contains(rep.Detail, "checksums ok") {
 				t.Errorf("detail %q, want %q", rep.Detail, want)
 			}
-			if !slices.Equal(rep.Ranges, []Range{{0, int64(len(tc.file))}}) {
+			if !slices.Equal(rep.Ranges, []Range{{Off: 0, Len: int64(len(tc.file))}}) {
 				t.Errorf("ranges %v", rep.Ranges)
 			}
 		})

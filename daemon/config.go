@@ -60,6 +60,9 @@ func (v Verify) after() bool  { return v == VerifyAfter || v == VerifyBoth }
 type Config struct {
 	TransferFile string
 	Locking      hashfile.Locking
+	// Protect names files, beyond the transfer file and its sidecars
+	// (lock, journal), that no DESTINATION may name: the metrics file.
+	Protect []string
 
 	// Poll is how often the transfer file's metadata is checked for a
 	// change that file-system notification may have missed, only on the

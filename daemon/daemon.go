@@ -74,6 +74,8 @@ type daemon struct {
 	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
 	flushStarted time.Time             // the flush under way began, zero when none
 	flushCopied  int64                 // copied when it began
+	lost         <-chan error          // the instance lock lost to another process (instance.go)
+	recheck      recheck               // when refusals found by comparing files are worked out again (entries.go)
 	autoLogged   float64               // BW auto's rate last logged (bwauto.go)
 
 	// topProblems are the top-level problems of the last pass (BW,
@@ -201,6 +203,7 @@ func Run(ctx context.Context, cfg Config) error {
 		rand:      rand.Float64,
 		results:   make(chan result, 1),
 	}
+	d.lost = watchInstance(ctx, inst, d.log)
 	d.batchFiles = batchFiles()
 	d.copiers = []*flush.Copier{d.copier}
 	for len(d.copiers) < cfg.Streams {
@@ -282,6 +285,8 @@ func (d *daemon) loop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return d.shutdown()
+		case err := <-d.lost:
+			return d.lockLost(err)
 		case <-changed:
 			if d.ownChange() {
 				continue
@@ -388,7 +393,7 @@ func (d *daemon) shutdown() error {
 // them, and at 100,000 entries working it out costs maps of every path.
 func (d *daemon) readView(t *hashfile.Tree) transfer.View {
 	v := transfer.Read(t)
-	if len(d.refused) != len(v.Files) || !sameEntries(d.view.Files, v.Files) {
+	if len(d.refused) != len(v.Files) || !sameEntries(d.view.Files, v.Files) || d.recheck.due(time.Now()) {
 		d.refused = d.refusals(v.Files)
 	}
 	for i := range v.Files {
@@ -406,7 +411,9 @@ func (d *daemon) refusals(files []transfer.File) []error {
 	for i := range files {
 		out[i] = d.confine(files[i])
 	}
-	refuseConflicts(files, out)
+	k := keyer{}
+	byFile := refuseConflicts(files, out, k, k.protect(d.cfg.TransferFile, d.cfg.Protect))
+	d.recheck.after(time.Now(), byFile, d.cfg.RetryMin, d.cfg.RetryMax)
 	return out
 }
 
@@ -1042,6 +1049,9 @@ func (d *daemon) nextRetry() (time.Time, bool) {
 		if !found || r.at.Before(at) {
 			at, found = r.at, true
 		}
+	}
+	if !d.recheck.at.IsZero() && (!found || d.recheck.at.Before(at)) {
+		at, found = d.recheck.at, true
 	}
 	return at, found
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/scr-transferd/scr-transferd/cache"
@@ -14,10 +15,8 @@ import (
 // the checkpoint on the descriptor the copy opened beneath --allow-src, its
 // structure before the copy and its hashes as the bytes stream through the
 // copy. Companion files (the other members of a SIONlib set, the other
-// volumes of a LIME partition set) are opened beneath the same prefix
-// through an os.Root, which walks each component without following a
-// symbolic link out of it: the standard library's confined open, so no
-// path resolution of our own is needed for them.
+// volumes of a LIME partition set) are opened beneath the same prefix by
+// the rule the copy opens its source by (package beneath).
 type checkpointVerifier struct {
 	path string                      // the source, for messages and companions
 	root string                      // the confining --allow-src prefix, "/" when none
@@ -43,11 +42,7 @@ func (v *checkpointVerifier) Start(ctx context.Context, src io.ReaderAt, size in
 		return nil, nil, nil
 	}
 	// A SIONlib container is copied as its data ranges, holes elsewhere.
-	rs := make([]flush.Range, 0, len(rep.Ranges))
-	for _, r := range rep.Ranges {
-		rs = append(rs, flush.Range{Off: r.Off, Len: r.Len})
-	}
-	return nil, rs, nil
+	return nil, slices.Clone(rep.Ranges), nil
 }
 
 // warnings joins the warnings of a sound verdict; "" without one, or

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -153,8 +152,8 @@ func (r *run) nameAnon() error {
 }
 
 // removeStalePartial removes the partial copy at tmpName, unless another
-// writer holds it locked, or its record names another owner and it is not
-// abandoned (see abandoned).
+// writer holds it locked or its record names another owner: another
+// owner's partial copy is never removed nor written, whatever its age.
 func (r *run) removeStalePartial() error {
 	fd, err := openAt(r.dir, r.tmpName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -174,7 +173,7 @@ func (r *run) removeStalePartial() error {
 	if held.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(held.Mode))
 	}
-	if err := partialOwnedBy(fd, r.c.owner); err != nil && !abandoned(&held, time.Now()) {
+	if err := partialOwnedBy(fd, r.c.owner); err != nil {
 		return fmt.Errorf("%s: partial copy %s: %w", r.dstName(), r.tmpPath, err)
 	}
 	if err := unix.Fstatat(r.dir, r.tmpName, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&held, &named) {

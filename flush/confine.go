@@ -1,27 +1,31 @@
 package flush
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/scr-transferd/scr-transferd/internal/beneath"
 	"golang.org/x/sys/unix"
 )
 
-// ErrNoOpenat2 explains an ENOSYS from openat2(2). The kernel has had the
-// call since Linux 5.6; on a newer kernel ENOSYS comes from a seccomp
-// filter, most often systemd's RestrictSUIDSGID=yes, whose filter cannot
-// inspect openat2's mode and so refuses the whole call.
-var ErrNoOpenat2 = errors.New("openat2(2), which confines files beneath --allow-src/--allow-dest, is not available: " +
-	"likely a seccomp filter refuses it (systemd's RestrictSUIDSGID=yes does: remove it from the unit; " +
-	"a container runtime's profile may too), or the kernel is older than 5.6")
+// ErrNoOpenat2 explains an ENOSYS from openat2(2), which confines files
+// beneath --allow-src/--allow-dest: see beneath.ErrNoOpenat2.
+var ErrNoOpenat2 = beneath.ErrNoOpenat2
 
-// explainOpenat2 names the likely cause when openat2 answered ENOSYS, and
-// returns any other error unchanged.
-func explainOpenat2(err error) error {
-	if errors.Is(err, unix.ENOSYS) {
-		return fmt.Errorf("%w (%w)", ErrNoOpenat2, err)
-	}
-	return err
+// errOutside reports a path that does not lie beneath its confining root.
+var errOutside = beneath.ErrOutside
+
+// openRoot opens the confining directory root and returns path relative to
+// it, which must stay beneath it lexically (beneath.OpenRoot).
+func openRoot(root, path string) (int, string, error) {
+	return beneath.OpenRoot(root, path)
+}
+
+// openBeneath opens rel relative to dirFD by the one rule of package
+// beneath: the kernel refuses any resolution (through "..", an absolute or a
+// relative symbolic link) that leaves dirFD's tree, and a final symbolic
+// link is not followed unless a directory is asked for.
+func openBeneath(dirFD int, rel string, flags int, mode uint32) (int, error) {
+	return beneath.Open(dirFD, rel, flags, mode)
 }
 
 // CheckConfinement opens dir beneath itself with openat2, as a confined

@@ -6,8 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/scr-transferd/scr-transferd/cache"
+	"golang.org/x/sys/unix"
 )
 
 func TestConfinedCopy(t *testing.T) {
@@ -110,4 +114,51 @@ func TestPartialCopyRemovedDuringCopy(t *testing.T) {
 	if _, err := os.Stat(dst); err == nil {
 		t.Fatal("published a copy whose partial file was removed")
 	}
+}
+
+// TestCopyAndInspectAgree: the copy (opening a source beneath SrcRoot) and
+// package cache (opening a file beneath Options.RootDir) follow one rule,
+// so they give the same answer for the same path: both open it, both
+// refuse it as outside, or both refuse a final symbolic link.
+func TestCopyAndInspectAgree(t *testing.T) {
+	dir := t.TempDir()
+	root, out, pfs := filepath.Join(dir, "cache"), filepath.Join(dir, "out"), filepath.Join(dir, "pfs")
+	for _, d := range []string{filepath.Join(root, "sub"), out, pfs} {
+		mustOK(t, os.MkdirAll(d, 0o755))
+	}
+	data := bytes.Repeat([]byte("checkpoint data\n"), 4096)
+	for _, f := range []string{filepath.Join(root, "a"), filepath.Join(root, "sub", "f"), filepath.Join(out, "x")} {
+		writeFile(t, f, data)
+	}
+	for name, target := range map[string]string{
+		"lnk": "a", "lnkout": filepath.Join(out, "x"), "d": "sub", "e": "../out",
+		"absin": filepath.Join(root, "sub"), "sub/up": "..",
+	} {
+		mustOK(t, os.Symlink(target, filepath.Join(root, name)))
+	}
+	for i, rel := range []string{"a", "sub/f", "lnk", "lnkout", "d/f", "e/x", "absin/f", "sub/up/a", "sub/../a", "../out/x"} {
+		src := filepath.Join(root, rel)
+		if rel == "sub/../a" {
+			src = root + "/" + rel // kept as written, not cleaned by Join
+		}
+		job := Job{Src: src, Dst: filepath.Join(pfs, strconv.Itoa(i)), Size: int64(len(data)), SrcRoot: root, DstRoot: pfs}
+		_, copyErr := NewCopier(nil, Options{}).Copy(context.Background(), job, nil)
+		_, inspectErr := cache.InspectWith(context.Background(), src, cache.Options{RootDir: root})
+		if c, i := confinement(copyErr), confinement(inspectErr); c != i {
+			t.Errorf("%s: the copy says %q (%v), cache says %q (%v)", rel, c, copyErr, i, inspectErr)
+		}
+	}
+}
+
+// confinement classifies an error by the confinement rule's outcomes.
+func confinement(err error) string {
+	switch {
+	case err == nil:
+		return "opened"
+	case errors.Is(err, errOutside):
+		return "outside"
+	case errors.Is(err, unix.ELOOP):
+		return "final symbolic link"
+	}
+	return "other: " + err.Error()
 }

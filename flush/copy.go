@@ -55,9 +55,6 @@ func IsPartialName(path string) bool {
 	return strings.HasPrefix(b, ".") && strings.HasSuffix(b, PartialSuffix)
 }
 
-// Range is a span [Off, Off+Len) of the source that holds data.
-type Range struct{ Off, Len int64 }
-
 // Options tune a Copier. Zero values select the defaults.
 type Options struct {
 	// BufSize is the number of bytes read and written at once (default

@@ -308,13 +308,13 @@ func TestSparse(t *testing.T) {
 		ranges []Range // data in the source
 		job    func([]Range) []Range
 	}{
-		{"holes by seeking, found by SEEK_DATA", []Range{{0, 64 << 10}, {1 << 20, 128 << 10}, {5 << 20, 1 << 20}}, nil},
-		{"leading hole", []Range{{4 << 20, 256 << 10}}, nil},
+		{"holes by seeking, found by SEEK_DATA", []Range{{Off: 0, Len: 64 << 10}, {Off: 1 << 20, Len: 128 << 10}, {Off: 5 << 20, Len: 1 << 20}}, nil},
+		{"leading hole", []Range{{Off: 4 << 20, Len: 256 << 10}}, nil},
 		{"all hole", nil, nil},
-		{"explicit ranges", []Range{{0, 64 << 10}, {8 << 20, 512 << 10}}, func(r []Range) []Range { return r }},
-		{"explicit ranges unsorted and overlapping", []Range{{2 << 20, 64 << 10}, {10 << 20, 1 << 20}},
+		{"explicit ranges", []Range{{Off: 0, Len: 64 << 10}, {Off: 8 << 20, Len: 512 << 10}}, func(r []Range) []Range { return r }},
+		{"explicit ranges unsorted and overlapping", []Range{{Off: 2 << 20, Len: 64 << 10}, {Off: 10 << 20, Len: 1 << 20}},
 			func([]Range) []Range {
-				return []Range{{10 << 20, 512 << 10}, {2 << 20, 64 << 10}, {10<<20 + 256<<10, 768 << 10}, {3 << 20, 0}}
+				return []Range{{Off: 10 << 20, Len: 512 << 10}, {Off: 2 << 20, Len: 64 << 10}, {Off: 10<<20 + 256<<10, Len: 768 << 10}, {Off: 3 << 20, Len: 0}}
 			}},
 		{"explicit empty list", nil, func([]Range) []Range { return []Range{} }},
 	}
@@ -375,7 +375,7 @@ func TestPunchedHole(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkDst(t, res, dst, want)
-	checkSparse(t, dst, []Range{{0, 1 << 20}, {7 << 20, 1 << 20}})
+	checkSparse(t, dst, []Range{{Off: 0, Len: 1 << 20}, {Off: 7 << 20, Len: 1 << 20}})
 }
 
 // TestRangesHonoured: with explicit ranges, bytes outside them are not
@@ -385,7 +385,7 @@ func TestRangesHonoured(t *testing.T) {
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
 	full := randBytes(4<<20, 9)
 	writeFile(t, src, full)
-	ranges := []Range{{1 << 20, 4096}, {3 << 20, 1 << 20}}
+	ranges := []Range{{Off: 1 << 20, Len: 4096}, {Off: 3 << 20, Len: 1 << 20}}
 	want := make([]byte, len(full))
 	for _, r := range ranges {
 		copy(want[r.Off:r.Off+r.Len], full[r.Off:])
@@ -404,7 +404,7 @@ func TestSparseResume(t *testing.T) {
 	const size = 12 << 20
 	dir := t.TempDir()
 	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
-	ranges := []Range{{0, 1 << 20}, {6 << 20, 1 << 20}}
+	ranges := []Range{{Off: 0, Len: 1 << 20}, {Off: 6 << 20, Len: 1 << 20}}
 	want := writeSparse(t, src, size, ranges, 11)
 	c := NewCopier(nil, Options{BufSize: 128 << 10, SyncBytes: 256 << 10})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -470,8 +470,8 @@ func TestSourceErrors(t *testing.T) {
 		{"directory", "subdir", 0, nil, ErrNotRegular, []string{"directory"}},
 		{"symbolic link", "link", 1000, nil, unix.ELOOP, []string{"symbolic link"}},
 		{"named pipe", "fifo", 0, nil, ErrNotRegular, []string{"named pipe"}},
-		{"range beyond size", "regular", 1000, []Range{{900, 200}}, ErrInvalidJob, []string{"[900,+200)", "1000"}},
-		{"negative range", "regular", 1000, []Range{{-1, 2}}, ErrInvalidJob, []string{"negative"}},
+		{"range beyond size", "regular", 1000, []Range{{Off: 900, Len: 200}}, ErrInvalidJob, []string{"[900,+200)", "1000"}},
+		{"negative range", "regular", 1000, []Range{{Off: -1, Len: 2}}, ErrInvalidJob, []string{"negative"}},
 		{"negative size", "regular", -5, nil, ErrInvalidJob, []string{"-5"}},
 	}
 	for _, tc := range tests {

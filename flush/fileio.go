@@ -53,44 +53,6 @@ func openSource(path, root string) (int, error) {
 	return fd, err
 }
 
-// errOutside reports a path that does not lie beneath its confining root.
-var errOutside = errors.New("outside the directory it is confined to")
-
-// openRoot opens the confining directory root and returns path relative to
-// it, which must stay beneath it lexically.
-func openRoot(root, path string) (int, string, error) {
-	rel, err := filepath.Rel(filepath.Clean(root), filepath.Clean(path))
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
-		return -1, "", fmt.Errorf("%s is %w %s", path, errOutside, root)
-	}
-	fd, err := openFile(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return -1, "", fmt.Errorf("confining directory %s: %w", root, err)
-	}
-	return fd, rel, nil
-}
-
-// openBeneath opens rel relative to dirFD, letting the kernel refuse any
-// resolution (through "..", an absolute or a relative symbolic link) that
-// leaves dirFD's tree.
-func openBeneath(dirFD int, rel string, flags int, mode uint32) (int, error) {
-	how := unix.OpenHow{
-		Flags:   uint64(flags | unix.O_CLOEXEC),
-		Mode:    uint64(mode),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-	}
-	for {
-		fd, err := unix.Openat2(dirFD, rel, &how)
-		switch {
-		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
-			continue
-		case errors.Is(err, unix.EXDEV):
-			return -1, fmt.Errorf("%s leads %w (%w)", rel, errOutside, err)
-		}
-		return fd, explainOpenat2(err)
-	}
-}
-
 // openAt is openat(2) retried on EINTR.
 func openAt(dirFD int, name string, flags int, mode uint32) (int, error) {
 	for {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -128,28 +127,5 @@ func TestPartialModes(t *testing.T) {
 	}
 	if got, want := st.Mode&0o7777, 0o666&^processUmask(); got != want {
 		t.Errorf("published mode %#o, want %#o", got, want)
-	}
-}
-
-// TestAbandoned: another owner's partial copy counts as abandoned once its
-// status has not changed for abandonedAfter.
-func TestAbandoned(t *testing.T) {
-	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		age  time.Duration
-		want bool
-	}{
-		{0, false},
-		{2 * time.Second, false},
-		{abandonedAfter - time.Second, false},
-		{abandonedAfter, true},
-		{24 * time.Hour, true},
-		{-time.Minute, false}, // a clock behind the file server's
-	} {
-		var st unix.Stat_t
-		st.Ctim = unix.NsecToTimespec(now.Add(-tc.age).UnixNano())
-		if got := abandoned(&st, now); got != tc.want {
-			t.Errorf("changed %v ago: abandoned = %v, want %v", tc.age, got, tc.want)
-		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -124,20 +123,4 @@ func partialOwnedBy(fd int, owner string) error {
 		return fmt.Errorf("%w (record %s); left alone", ErrPartialForeign, rec.encode())
 	}
 	return nil
-}
-
-// abandonedAfter is how long another owner's partial copy must have been
-// left unchanged before a copy that needs its name removes it: a copy
-// under way rewrites its record at every commit (every SyncInterval at
-// most), while the partial copy of a node that died, whose files SCR
-// rebuilds and flushes from another node to the same DESTINATION, would
-// otherwise keep that DESTINATION from ever being written. Its owner,
-// should it come back, finds the name taken and copies again from 0. The
-// start-time sweep never removes another owner's partial copy.
-const abandonedAfter = time.Hour
-
-// abandoned tells whether a partial copy whose status is st has been left
-// unchanged (its status change time) for abandonedAfter at now.
-func abandoned(st *unix.Stat_t, now time.Time) bool {
-	return now.Sub(time.Unix(st.Ctim.Unix())) >= abandonedAfter
 }

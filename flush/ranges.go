@@ -4,7 +4,13 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/scr-transferd/scr-transferd/internal/byterange"
 )
+
+// Range is a span [Off, Off+Len) of the source that holds data; cache.Range
+// is the same type.
+type Range = byterange.Range
 
 // normalizeRanges validates in against a file of size bytes and writes into
 // dst[:0] the same data ranges sorted by offset, with empty ones dropped and

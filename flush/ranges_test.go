@@ -15,18 +15,18 @@ func TestNormalizeRanges(t *testing.T) {
 		err  bool
 	}{
 		{"empty", []Range{}, 10, []Range{}, false},
-		{"sorted disjoint", []Range{{0, 2}, {5, 2}}, 10, []Range{{0, 2}, {5, 2}}, false},
-		{"unsorted", []Range{{5, 2}, {0, 2}}, 10, []Range{{0, 2}, {5, 2}}, false},
-		{"overlap", []Range{{0, 5}, {3, 4}}, 10, []Range{{0, 7}}, false},
-		{"touching", []Range{{0, 5}, {5, 5}}, 10, []Range{{0, 10}}, false},
-		{"contained", []Range{{0, 8}, {2, 2}}, 10, []Range{{0, 8}}, false},
-		{"zero length dropped", []Range{{3, 0}, {4, 1}}, 10, []Range{{4, 1}}, false},
-		{"up to size", []Range{{9, 1}}, 10, []Range{{9, 1}}, false},
-		{"beyond size", []Range{{9, 2}}, 10, nil, true},
-		{"offset beyond size", []Range{{11, 0}}, 10, nil, true},
-		{"negative offset", []Range{{-1, 2}}, 10, nil, true},
-		{"negative length", []Range{{1, -2}}, 10, nil, true},
-		{"overflow", []Range{{5, 1<<63 - 1}}, 10, nil, true},
+		{"sorted disjoint", []Range{{Off: 0, Len: 2}, {Off: 5, Len: 2}}, 10, []Range{{Off: 0, Len: 2}, {Off: 5, Len: 2}}, false},
+		{"unsorted", []Range{{Off: 5, Len: 2}, {Off: 0, Len: 2}}, 10, []Range{{Off: 0, Len: 2}, {Off: 5, Len: 2}}, false},
+		{"overlap", []Range{{Off: 0, Len: 5}, {Off: 3, Len: 4}}, 10, []Range{{Off: 0, Len: 7}}, false},
+		{"touching", []Range{{Off: 0, Len: 5}, {Off: 5, Len: 5}}, 10, []Range{{Off: 0, Len: 10}}, false},
+		{"contained", []Range{{Off: 0, Len: 8}, {Off: 2, Len: 2}}, 10, []Range{{Off: 0, Len: 8}}, false},
+		{"zero length dropped", []Range{{Off: 3, Len: 0}, {Off: 4, Len: 1}}, 10, []Range{{Off: 4, Len: 1}}, false},
+		{"up to size", []Range{{Off: 9, Len: 1}}, 10, []Range{{Off: 9, Len: 1}}, false},
+		{"beyond size", []Range{{Off: 9, Len: 2}}, 10, nil, true},
+		{"offset beyond size", []Range{{Off: 11, Len: 0}}, 10, nil, true},
+		{"negative offset", []Range{{Off: -1, Len: 2}}, 10, nil, true},
+		{"negative length", []Range{{Off: 1, Len: -2}}, 10, nil, true},
+		{"overflow", []Range{{Off: 5, Len: 1<<63 - 1}}, 10, nil, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,7 +57,7 @@ func FuzzNormalizeRanges(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, size uint8) {
 		var in []Range
 		for i := 0; i+1 < len(raw); i += 2 {
-			in = append(in, Range{int64(int8(raw[i])), int64(int8(raw[i+1]))})
+			in = append(in, Range{Off: int64(int8(raw[i])), Len: int64(int8(raw[i+1]))})
 		}
 		got, err := normalizeRanges(nil, in, int64(size))
 		if err != nil {

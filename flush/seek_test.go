@@ -12,7 +12,7 @@ import (
 func TestSegmenterReadsTheTail(t *testing.T) {
 	const limit = 5<<20 + 100
 	p := filepath.Join(t.TempDir(), "f")
-	writeSparse(t, p, limit, []Range{{0, 4096}}, 1)
+	writeSparse(t, p, limit, []Range{{Off: 0, Len: 4096}}, 1)
 	f, err := os.Open(p)
 	mustOK(t, err)
 	defer f.Close()

@@ -34,7 +34,7 @@ func (s *Store) Replace(ctx context.Context, fn func(raw []byte) (*Tree, error))
 	if err != nil || t == nil {
 		return false, err
 	}
-	if err := rewrite(f, Encode(t), 0, len(raw), s.locking == Fcntl); err != nil {
+	if err := s.writeImage(f, Encode(t), 0, len(raw)); err != nil { // journaled, as Update
 		return false, &WriteError{Path: s.path, Err: err, Rewrites: s.rewrites.Load()}
 	}
 	s.rewrites.Add(1)

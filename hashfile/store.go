@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sync/atomic"
 	"time"
@@ -90,6 +91,8 @@ type Store struct {
 	foreign   fileSig     // the last version of the file someone else wrote
 	foreignAt time.Time   // its change time; zero if none seen
 	mode      os.FileMode // of a file the Store creates, before the umask
+
+	jrnl journal // makes a rewrite of several pages whole (see journal.go)
 }
 
 // fileSig identifies a version of the file: its inode and change time.
@@ -157,7 +160,8 @@ func sleepKernel(d time.Duration) {
 
 // NewStore returns a Store for the hash file at path.
 func NewStore(path string, locking Locking) *Store {
-	return &Store{path: path, locking: locking, sem: make(chan struct{}, 1), mode: 0o666}
+	return &Store{path: path, locking: locking, sem: make(chan struct{}, 1), mode: 0o666,
+		jrnl: journal{path: JournalPath(path)}}
 }
 
 // CreateMode sets the mode, before the umask, of the file when an Update
@@ -332,6 +336,7 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 	}
 	s.buf, err = readAll(f, s.buf)
 	s.buf = declared(s.buf)
+	owner := fileOwner(f)
 	f.Close() // releases the lock before decoding
 	if err != nil {
 		s.tree = nil
@@ -340,9 +345,9 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 	if !s.cached() {
 		s.others.Add(1)
 		s.tree = nil // free before the new tree is made
-		t, err := Decode(s.buf)
+		t, err := s.decode(nil, owner)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", s.path, err)
+			return nil, err
 		}
 		s.keep(t)
 	}
@@ -460,8 +465,8 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	} else {
 		s.others.Add(1)
 		s.tree = nil // free before the new tree is made
-		if t, err = Decode(s.buf); err != nil {
-			return nil, false, fmt.Errorf("%s: %w", s.path, err)
+		if t, err = s.decode(f, fileOwner(f)); err != nil {
+			return nil, false, err
 		}
 	}
 	// fn may change t: it is kept again only once it matches the file.
@@ -485,13 +490,65 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		s.keep(keep)
 		return t, false, nil
 	}
-	if err := rewrite(f, img, from, old, s.locking == Fcntl); err != nil {
+	if err := s.writeImage(f, img, from, old); err != nil {
 		return nil, false, &WriteError{Path: s.path, Err: err, Rewrites: s.rewrites.Load()}
 	}
 	s.rewrites.Add(1)
 	s.remember(f)
 	s.keep(keep)
 	return t, true, nil
+}
+
+// decode decodes the image in s.buf. One that does not decode may be a
+// rewrite cut short by its writer's death: when the journal holds the rest
+// of that rewrite, the image it completes replaces s.buf and, given the
+// file f opened for writing under the exclusive lock, is written in place
+// (see repair). owner is the file's owner, whose journal is trusted.
+func (s *Store) decode(f *os.File, owner uint32) (*Tree, error) {
+	t, err := Decode(s.buf)
+	if err == nil {
+		return t, nil
+	}
+	img, from, jerr := s.jrnl.recover(s.buf, owner)
+	if jerr != nil {
+		if errors.Is(jerr, fs.ErrNotExist) || errors.Is(jerr, errJournalDone) {
+			return nil, fmt.Errorf("%s: %w", s.path, err)
+		}
+		return nil, fmt.Errorf("%s: %w (%v)", s.path, err, jerr)
+	}
+	if f != nil {
+		if err := s.repair(f, img, from); err != nil {
+			return nil, &WriteError{Path: s.path, Err: fmt.Errorf("completing the rewrite the journal records: %w", err), Rewrites: s.rewrites.Load()}
+		}
+	}
+	s.buf = append(s.buf[:0], img...)
+	return Decode(s.buf)
+}
+
+// repair writes img, the image a rewrite cut short leaves once completed
+// from the journal, in place of the file's bytes from from (before it they
+// are the same), makes it durable, and marks the journal's record applied.
+// A kill during the repair leaves the record pending and the prefix
+// untouched: the next reader completes it the same way.
+func (s *Store) repair(f *os.File, img []byte, from int) error {
+	if err := rewrite(f, img, from, len(s.buf), false); err != nil {
+		return err
+	}
+	s.rewrites.Add(1)
+	s.remember(f)
+	if jf, err := s.jrnl.open(os.O_RDWR, fileOwner(f)); err == nil {
+		s.jrnl.done(jf)
+	}
+	return nil
+}
+
+// fileOwner returns the uid owning the open file, or this process's.
+func fileOwner(f *os.File) uint32 {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil {
+		return uint32(os.Geteuid())
+	}
+	return st.Uid
 }
 
 // declared returns the image a file's header declares, when the file is
@@ -527,6 +584,28 @@ type WriteError struct {
 
 func (e *WriteError) Error() string { return e.Path + ": rewrite: " + e.Err.Error() }
 func (e *WriteError) Unwrap() error { return e.Err }
+
+// writeImage is rewrite, journaled when a kill could tear it (see
+// journal.go): the record is made durable first, and marked applied once
+// the rewrite is. A journal that cannot be written (no room, a file planted
+// at its path) leaves the rewrite unjournaled, as it was before: the
+// update itself must not fail for it. A failed rewrite leaves its record
+// pending, as a torn one needs it.
+func (s *Store) writeImage(f *os.File, img []byte, from, old int) error {
+	var jf *os.File
+	if needsJournal(from, len(img)) {
+		jf, _ = s.jrnl.record(img, from, fileOwner(f))
+	}
+	err := rewrite(f, img, from, old, s.locking == Fcntl)
+	if jf != nil {
+		if err == nil {
+			s.jrnl.done(jf)
+		} else {
+			jf.Close()
+		}
+	}
+	return err
+}
 
 // rewrite replaces the file's image of old bytes (read under the lock just
 // taken) with img in place, writing only from from, where the two first

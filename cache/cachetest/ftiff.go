@@ -59,6 +59,15 @@ func (w *FTIWriter) Checkpoint(ckpt int32, vars []FTIVar) []byte {
 	if o == nil {
 		o = binary.LittleEndian
 	}
+	w.grow(vars)
+	data := w.fill(ckpt, vars)
+	file, checksum := w.appendTable(o, data)
+	return append(file, ftiMeta(o, ckpt, checksum, int64(len(data)), int64(len(file))+ftiMetaSize)...)
+}
+
+// grow adds, in a new block, a container for each variable of vars that is
+// new or has grown beyond its containers, holding the part beyond them.
+func (w *FTIWriter) grow(vars []FTIVar) {
 	have := map[int32][2]uint64{} // id -> containers, total size
 	for _, blk := range w.blocks {
 		for _, r := range blk {
@@ -76,6 +85,13 @@ func (w *FTIWriter) Checkpoint(ckpt int32, vars []FTIVar) []byte {
 	if len(added) > 0 {
 		w.blocks = append(w.blocks, added)
 	}
+}
+
+// fill returns the containers of every record in table order, each filled
+// with its part of its variable's content at checkpoint ckpt (zeros past
+// the variable's size), and records in each where it lies in the file, how
+// much it holds and that part's MD5; an empty container keeps its old MD5.
+func (w *FTIWriter) fill(ckpt int32, vars []FTIVar) []byte {
 	size := map[int32]uint64{}
 	for _, v := range vars {
 		size[v.ID] = v.Size
@@ -96,8 +112,15 @@ func (w *FTIWriter) Checkpoint(ckpt int32, vars []FTIVar) []byte {
 			data = append(data, content...)
 		}
 	}
+	return data
+}
+
+// appendTable appends the chunk table to data: per block a header (record
+// count, data size) and its packed records. It returns the result and the
+// file checksum, the MD5 over the records' MD5s.
+func (w *FTIWriter) appendTable(o binary.ByteOrder, data []byte) ([]byte, []byte) {
 	file := data
-	sums := md5.New() // the file checksum: MD5 over the records' MD5s
+	sums := md5.New()
 	for _, blk := range w.blocks {
 		h := make([]byte, ftiBlockHeader)
 		o.PutUint32(h, uint32(len(blk)))
@@ -108,22 +131,27 @@ func (w *FTIWriter) Checkpoint(ckpt int32, vars []FTIVar) []byte {
 		o.PutUint64(h[4:], db)
 		file = append(file, h...)
 		for _, r := range blk {
-			rec := make([]byte, ftiRecordSize)
-			o.PutUint32(rec, uint32(r.id))
-			o.PutUint32(rec[4:], uint32(r.cid))
-			if r.has {
-				rec[8] = 1 // hasContent; rec[9], hasCkpt, stays 0
-			}
-			o.PutUint64(rec[10:], r.dptr)
-			o.PutUint64(rec[18:], r.fptr)
-			o.PutUint64(rec[26:], r.chunk)
-			o.PutUint64(rec[34:], r.container)
-			copy(rec[42:], r.hash[:])
+			file = append(file, r.encode(o)...)
 			sums.Write(r.hash[:])
-			file = append(file, rec...)
 		}
 	}
-	return append(file, ftiMeta(o, ckpt, sums.Sum(nil), int64(len(data)), int64(len(file))+ftiMetaSize)...)
+	return file, sums.Sum(nil)
+}
+
+// encode packs r as a 58-byte record of the chunk table.
+func (r *ftiRec) encode(o binary.ByteOrder) []byte {
+	rec := make([]byte, ftiRecordSize)
+	o.PutUint32(rec, uint32(r.id))
+	o.PutUint32(rec[4:], uint32(r.cid))
+	if r.has {
+		rec[8] = 1 // hasContent; rec[9], hasCkpt, stays 0
+	}
+	o.PutUint64(rec[10:], r.dptr)
+	o.PutUint64(rec[18:], r.fptr)
+	o.PutUint64(rec[26:], r.chunk)
+	o.PutUint64(rec[34:], r.container)
+	copy(rec[42:], r.hash[:])
+	return rec
 }
 
 // ftiMeta encodes the file meta: the file checksum as 32 hex digits and a

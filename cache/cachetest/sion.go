@@ -3,13 +3,13 @@ package cachetest
 import (
 	"encoding/binary"
 	"slices"
+
+	"github.com/scr-transferd/scr-transferd/internal/byterange"
 )
 
-// Range is a span [Off, Off+Len) of a file that holds data.
-type Range struct{ Off, Len int64 }
-
-// End returns Off+Len.
-func (r Range) End() int64 { return r.Off + r.Len }
+// Range is a span [Off, Off+Len) of a file that holds data; cache.Range
+// is the same type.
+type Range = byterange.Range
 
 // sionFixedHeader is the size of META1 before the per-task arrays.
 const sionFixedHeader = 1076
@@ -81,13 +81,30 @@ func (sp SIONSpec) FieldOff(name string, i int) int64 {
 // Encode writes the file the way SIONlib lays it out and returns it with
 // the ranges a sparse copy must cover. Every data byte is non-zero.
 func (sp SIONSpec) Encode() ([]byte, []Range, SIONPlaced) {
-	o := sp.Order
+	l, caps, stored := sp.place()
+	end := l.Meta2End
+	if len(sp.Mapping) > 0 || sp.Serial {
+		end += 4 + 8*int64(len(sp.Mapping))
+	}
+	b := make([]byte, end, end+int64(len(sp.Tail)))
+	sp.putMeta1(b, l, stored)
+	pos, data := sp.putBlocks(b, l, caps)
+	if len(sp.Mapping) > 0 || sp.Serial {
+		sp.putMapping(b[pos:])
+	}
+	want := append([]Range{{Off: 0, Len: l.HeaderEnd}, {Off: l.SOV, Len: end - l.SOV + int64(len(sp.Tail))}}, data...)
+	return append(b, sp.Tail...), MergeRanges(want), l
+}
+
+// place lays the file out: where META1 ends, the chunks start and META2
+// starts and ends, and each task's chunk capacity (its chunk size rounded
+// up to FSBlock) and the chunk size META1 stores for it (the requested one
+// in format 3, the capacity after).
+func (sp SIONSpec) place() (l SIONPlaced, caps, stored []int64) {
 	n := int64(len(sp.Tasks))
-	var l SIONPlaced
 	l.HeaderEnd = 1088 + 16*n
 	l.Start0 = (l.HeaderEnd + sp.FSBlock - 1) / sp.FSBlock * sp.FSBlock
-	caps := make([]int64, n)
-	stored := make([]int64, n)
+	caps, stored = make([]int64, n), make([]int64, n)
 	for i, tk := range sp.Tasks {
 		c := (tk.Chunk + sp.FSBlock - 1) / sp.FSBlock * sp.FSBlock
 		caps[i], stored[i] = c, c
@@ -99,11 +116,13 @@ func (sp SIONSpec) Encode() ([]byte, []Range, SIONPlaced) {
 	}
 	l.SOV = l.Start0 + int64(l.MaxChunks)*l.GlobalSkip
 	l.Meta2End = l.SOV + 8*n*(1+int64(l.MaxChunks))
-	end := l.Meta2End
-	if len(sp.Mapping) > 0 || sp.Serial {
-		end += 4 + 8*int64(len(sp.Mapping))
-	}
-	b := make([]byte, end, end+int64(len(sp.Tail)))
+	return l, caps, stored
+}
+
+// putMeta1 writes the header block: magic, endianness, versions, sizes,
+// the file name and each task's rank and stored chunk size.
+func (sp SIONSpec) putMeta1(b []byte, l SIONPlaced, stored []int64) {
+	o := sp.Order
 	copy(b, "sion")
 	switch {
 	case o == binary.BigEndian && sp.UserBig:
@@ -117,7 +136,7 @@ func (sp SIONSpec) Encode() ([]byte, []Range, SIONPlaced) {
 	o.PutUint32(b[12:], 6)
 	o.PutUint32(b[16:], uint32(sp.Format))
 	o.PutUint32(b[20:], uint32(sp.FSBlock))
-	o.PutUint32(b[24:], uint32(n))
+	o.PutUint32(b[24:], uint32(len(sp.Tasks)))
 	o.PutUint32(b[28:], uint32(sp.NFiles))
 	o.PutUint32(b[32:], uint32(sp.FileNumber))
 	kv := sp.KeyVal
@@ -132,13 +151,18 @@ func (sp SIONSpec) Encode() ([]byte, []Range, SIONPlaced) {
 	}
 	o.PutUint32(b[sp.FieldOff("maxchunks", 0):], uint32(l.MaxChunks))
 	o.PutUint64(b[sp.FieldOff("sov", 0):], uint64(l.SOV))
+}
 
-	want := []Range{{0, l.HeaderEnd}, {l.SOV, end - l.SOV + int64(len(sp.Tail))}}
+// putBlocks writes META2's block counts and bytes used per chunk, and each
+// chunk's data (non-zero bytes derived from rank, block and offset). It
+// returns where META2 ends and the ranges of data written.
+func (sp SIONSpec) putBlocks(b []byte, l SIONPlaced, caps []int64) (int64, []Range) {
 	pos := l.SOV
-	put := func(v int64) { o.PutUint64(b[pos:], uint64(v)); pos += 8 }
+	put := func(v int64) { sp.Order.PutUint64(b[pos:], uint64(v)); pos += 8 }
 	for _, tk := range sp.Tasks {
 		put(int64(max(len(tk.Blocks), 1)))
 	}
+	var data []Range
 	for blk := 0; blk < l.MaxChunks; blk++ {
 		start := l.Start0 + int64(blk)*l.GlobalSkip
 		for i, tk := range sp.Tasks {
@@ -150,20 +174,21 @@ func (sp SIONSpec) Encode() ([]byte, []Range, SIONPlaced) {
 			for j := int64(0); j < used; j++ {
 				b[start+j] = byte(1 + (31*tk.Rank+7*int64(blk)+j)%251)
 			}
-			want = append(want, Range{start, used})
+			data = append(data, Range{Off: start, Len: used})
 			start += caps[i]
 		}
 	}
-	if len(sp.Mapping) > 0 || sp.Serial {
-		o.PutUint32(b[pos:], uint32(len(sp.Mapping)))
-		pos += 4
-		for _, e := range sp.Mapping {
-			o.PutUint32(b[pos:], uint32(e[0]))
-			o.PutUint32(b[pos+4:], uint32(e[1]))
-			pos += 8
-		}
+	return pos, data
+}
+
+// putMapping writes the mapping of file 0 of a set into b: its length,
+// then each entry's file number and local rank.
+func (sp SIONSpec) putMapping(b []byte) {
+	sp.Order.PutUint32(b, uint32(len(sp.Mapping)))
+	for i, e := range sp.Mapping {
+		sp.Order.PutUint32(b[4+8*i:], uint32(e[0]))
+		sp.Order.PutUint32(b[8+8*i:], uint32(e[1]))
 	}
-	return append(b, sp.Tail...), MergeRanges(want), l
 }
 
 // SIONMultiSpec returns a set of three physical files holding seven tasks

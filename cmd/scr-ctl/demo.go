@@ -18,6 +18,7 @@ import (
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/beneath"
 	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/transfer"
@@ -61,7 +62,7 @@ func newDemoLayout(root string) demoLayout {
 
 // rel names a path of the layout relative to its root, for the screen.
 func (l demoLayout) rel(p string) string {
-	if r, err := filepath.Rel(l.root, p); err == nil && !strings.HasPrefix(r, "..") {
+	if r, ok := beneath.Rel(l.root, p); ok {
 		return r
 	}
 	return p
@@ -220,11 +221,52 @@ func (f demoFile) dataBelow(n int64) int64 {
 func runDemo(e *env, l demoLayout, o demoOptions) (string, error) {
 	out := e.stdout
 	fmt.Fprintf(out, "scr-ctl demo: SCR's asynchronous flush, played out in\n  %s\n", l.root)
+	files, dataBytes, err := demoWriteSamples(e.ctx, out, l)
+	if err != nil {
+		return "", err
+	}
+	d, err := startDemoDaemon(e.ctx, l)
+	if err != nil {
+		return "", err
+	}
+	defer d.close()
+	if err := watchView(e.ctx, d.store, defaultPoll, 30*time.Second, func(v transfer.View) (bool, error) {
+		return v.State == transfer.Stopped, nil
+	}, func(transfer.View) string { return "the daemon did not record STATE STOPPED; see " + l.log }); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(out, "2. The daemon watches %s: STATE STOPPED\n", l.rel(l.transfer))
 
+	started := time.Now()
+	if err := demoRequest(d.store, files, o.bw); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(out, "3. The library: %d FILES to %s, BW %s, COMMAND RUN\n", len(files), l.rel(l.pfs), bwText(o.bw))
+	v, elapsed, err := demoFlush(e, l, o, d.store, files, started)
+	if err != nil {
+		return "", err
+	}
+	if err := demoChecks(e.ctx, out, files, v); err != nil {
+		return "", err
+	}
+	state, err := d.exit(e.ctx)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(out, "6. COMMAND EXIT: the daemon exited, STATE %s\n", state)
+	return fmt.Sprintf("Done: %d files, %s of data in %.1f s: %s/s under BW %s.",
+		len(files), units.IEC(float64(dataBytes)), elapsed.Seconds(),
+		units.IEC(float64(dataBytes)/elapsed.Seconds()), bwText(o.bw)), nil
+}
+
+// demoWriteSamples creates the demo's directories, writes every sample
+// checkpoint into the cache and lists them on out (step 1), and returns
+// them with the bytes of data they hold.
+func demoWriteSamples(ctx context.Context, out io.Writer, l demoLayout) ([]demoFile, int64, error) {
 	fmt.Fprintf(out, "1. Sample checkpoints in the cache (%s):\n", l.rel(l.cache))
 	for _, d := range []string{l.cache, l.pfs, filepath.Dir(l.transfer)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return "", err
+			return nil, 0, err
 		}
 	}
 	var files []demoFile
@@ -232,11 +274,11 @@ func runDemo(e *env, l demoLayout, o demoOptions) (string, error) {
 	for _, s := range cachetest.Samples() {
 		p := filepath.Join(l.cache, s.Name)
 		if err := s.Write(p); err != nil {
-			return "", fmt.Errorf("writing the sample %s: %w", p, err)
+			return nil, 0, fmt.Errorf("writing the sample %s: %w", p, err)
 		}
-		rep, err := cache.Inspect(e.ctx, p)
+		rep, err := cache.Inspect(ctx, p)
 		if err != nil {
-			return "", fmt.Errorf("the sample %s is not sound: %w", p, err)
+			return nil, 0, fmt.Errorf("the sample %s is not sound: %w", p, err)
 		}
 		files = append(files, demoFile{name: s.Name, src: p, dest: filepath.Join(l.pfs, s.Name), rep: rep})
 		dataBytes += rep.DataBytes
@@ -244,28 +286,41 @@ func runDemo(e *env, l demoLayout, o demoOptions) (string, error) {
 			units.IEC(float64(rep.Size)), units.IEC(float64(rep.DataBytes)), s.About)
 		fmt.Fprintln(out, strings.TrimRight(line, " "))
 	}
+	return files, dataBytes, nil
+}
 
+// demoDaemon is the daemon the demo runs in this process on its transfer
+// file, logging to the demo's log file.
+type demoDaemon struct {
+	store   *hashfile.Store
+	stop    context.CancelFunc
+	done    chan error // Run's result, received once
+	exited  bool       // done was received
+	logFile *os.File
+}
+
+// startDemoDaemon creates the transfer file as the library does (an empty
+// one is an empty hash) and starts the daemon on it, with the daemon's own
+// logger as scr-transferd makes it (sizes and rates in IEC units).
+func startDemoDaemon(ctx context.Context, l demoLayout) (*demoDaemon, error) {
 	logFile, err := os.Create(l.log)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer logFile.Close()
-	// The daemon's own logger, as scr-transferd makes it: sizes and rates
-	// in IEC units.
 	log, err := logging.New("console", "info", logFile)
 	if err != nil {
-		return "", err
+		logFile.Close()
+		return nil, err
 	}
-	// The library creates the transfer file; an empty one is an empty hash.
 	store := hashfile.NewStore(l.transfer, hashfile.Flock)
 	if _, _, err := store.Update(func(*hashfile.Tree) error { return nil }); err != nil {
-		return "", err
+		logFile.Close()
+		return nil, err
 	}
-	dctx, stopDaemon := context.WithCancel(e.ctx)
-	defer stopDaemon()
-	done := make(chan error, 1)
+	dctx, stop := context.WithCancel(ctx)
+	d := &demoDaemon{store: store, stop: stop, done: make(chan error, 1), logFile: logFile}
 	go func() {
-		done <- daemon.Run(dctx, daemon.Config{
+		d.done <- daemon.Run(dctx, daemon.Config{
 			TransferFile: l.transfer,
 			// Durable progress is recorded every 200 ms so that the view moves.
 			Flush:    flush.Options{SyncInterval: 200 * time.Millisecond, SyncBytes: 1 << 20},
@@ -274,31 +329,64 @@ func runDemo(e *env, l demoLayout, o demoOptions) (string, error) {
 			Log:      log,
 		})
 	}()
-	// If anything below fails, stop the daemon and wait for it.
-	defer func() {
-		stopDaemon()
-		<-done
-	}()
-	if err := watchView(e.ctx, store, defaultPoll, 30*time.Second, func(v transfer.View) (bool, error) {
-		return v.State == transfer.Stopped, nil
-	}, func(transfer.View) string { return "the daemon did not record STATE STOPPED; see " + l.log }); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(out, "2. The daemon watches %s: STATE STOPPED\n", l.rel(l.transfer))
+	return d, nil
+}
 
-	started := time.Now()
-	if _, _, err := store.Update(func(t *hashfile.Tree) error {
-		for _, f := range files {
-			transfer.AddFile(t, f.src, f.dest, f.rep.Size)
-		}
-		transfer.SetBW(t, o.bw)
-		transfer.SetCommand(t, transfer.Run)
+// close stops the daemon unless it exited, waits for it and closes its log.
+func (d *demoDaemon) close() {
+	d.stop()
+	if !d.exited {
+		<-d.done
+	}
+	d.logFile.Close()
+}
+
+// exit writes COMMAND EXIT, waits up to 30 s for the daemon to exit and
+// returns the STATE it left in the transfer file (step 6).
+func (d *demoDaemon) exit(ctx context.Context) (transfer.State, error) {
+	if _, _, err := d.store.Update(func(t *hashfile.Tree) error {
+		transfer.SetCommand(t, transfer.Exit)
 		return nil
 	}); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(out, "3. The library: %d FILES to %s, BW %s, COMMAND RUN\n", len(files), l.rel(l.pfs), bwText(o.bw))
+	select {
+	case err := <-d.done:
+		d.exited = true
+		if err != nil {
+			return "", fmt.Errorf("the daemon: %w", err)
+		}
+	case <-time.After(30 * time.Second):
+		return "", errors.New("the daemon did not exit within 30s of COMMAND EXIT")
+	case <-ctx.Done():
+		return "", fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	t, err := d.store.Read()
+	if err != nil {
+		return "", err
+	}
+	return transfer.Read(t).State, nil
+}
 
+// demoRequest does what the library does to start a flush (step 3): it
+// lists files with their destinations and sizes, sets BW and COMMAND RUN.
+func demoRequest(store *hashfile.Store, files []demoFile, bw float64) error {
+	_, _, err := store.Update(func(t *hashfile.Tree) error {
+		for _, f := range files {
+			transfer.AddFile(t, f.src, f.dest, f.rep.Size)
+		}
+		transfer.SetBW(t, bw)
+		transfer.SetCommand(t, transfer.Run)
+		return nil
+	})
+	return err
+}
+
+// demoFlush shows the flush's progress (step 4), redrawn in place on a
+// terminal, until every file is done or one is in error, and returns the
+// last view and the time since started.
+func demoFlush(e *env, l demoLayout, o demoOptions, store *hashfile.Store, files []demoFile, started time.Time) (transfer.View, time.Duration, error) {
+	out := e.stdout
 	fmt.Fprintf(out, "4. The flush, counting bytes that hold data (holes are not transferred):\n")
 	drawn := false
 	draw := func(v transfer.View, now time.Time) {
@@ -321,14 +409,19 @@ func runDemo(e *env, l demoLayout, o demoOptions) (string, error) {
 	elapsed := time.Since(started)
 	switch {
 	case err != nil && e.ctx.Err() != nil:
-		return "", fmt.Errorf("interrupted: %w", e.ctx.Err())
+		return v, 0, fmt.Errorf("interrupted: %w", e.ctx.Err())
 	case err != nil:
-		return "", fmt.Errorf("the flush did not complete within %s; the daemon's log is %s", o.timeout, l.log)
+		return v, 0, fmt.Errorf("the flush did not complete within %s; the daemon's log is %s", o.timeout, l.log)
 	case demoInError(v):
-		return "", fmt.Errorf("a file is in error; the daemon's log is %s", l.log)
+		return v, 0, fmt.Errorf("a file is in error; the daemon's log is %s", l.log)
 	}
 	draw(v, started.Add(elapsed))
+	return v, elapsed, nil
+}
 
+// demoChecks checks each destination against its source, the CRC32
+// recorded in v and its format, and lists the verdicts on out (step 5).
+func demoChecks(ctx context.Context, out io.Writer, files []demoFile, v transfer.View) error {
 	fmt.Fprintf(out, "5. Checks: same bytes as the source, the CRC32 recorded, the format:\n")
 	crcs := map[string]string{}
 	for _, f := range v.Files {
@@ -336,41 +429,16 @@ func runDemo(e *env, l demoLayout, o demoOptions) (string, error) {
 	}
 	bad := 0
 	for _, f := range files {
-		verdict, ok := demoCheck(e.ctx, f, crcs[f.src])
+		verdict, ok := demoCheck(ctx, f, crcs[f.src])
 		if !ok {
 			bad++
 		}
 		fmt.Fprintf(out, "   %-16s %s\n", f.name, verdict)
 	}
 	if bad > 0 {
-		return "", fmt.Errorf("%d of %d destinations failed the checks", bad, len(files))
+		return fmt.Errorf("%d of %d destinations failed the checks", bad, len(files))
 	}
-
-	if _, _, err := store.Update(func(t *hashfile.Tree) error {
-		transfer.SetCommand(t, transfer.Exit)
-		return nil
-	}); err != nil {
-		return "", err
-	}
-	select {
-	case err := <-done:
-		done <- err // for the deferred wait
-		if err != nil {
-			return "", fmt.Errorf("the daemon: %w", err)
-		}
-	case <-time.After(30 * time.Second):
-		return "", errors.New("the daemon did not exit within 30s of COMMAND EXIT")
-	case <-e.ctx.Done():
-		return "", fmt.Errorf("interrupted: %w", e.ctx.Err())
-	}
-	t, err := store.Read()
-	if err != nil {
-		return "", err
-	}
-	fmt.Fprintf(out, "6. COMMAND EXIT: the daemon exited, STATE %s\n", transfer.Read(t).State)
-	return fmt.Sprintf("Done: %d files, %s of data in %.1f s: %s/s under BW %s.",
-		len(files), units.IEC(float64(dataBytes)), elapsed.Seconds(),
-		units.IEC(float64(dataBytes)/elapsed.Seconds()), bwText(o.bw)), nil
+	return nil
 }
 
 // demoInError reports whether a file of v is in error.

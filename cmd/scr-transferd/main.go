@@ -198,6 +198,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if o.metrics != "" {
+		o.cfg.Protect = append(o.cfg.Protect, absPath(o.metrics))
+	}
 	svc := startService(log, absPath(o.cfg.TransferFile), o.metrics)
 	defer svc.close()
 	o.cfg.OnStatus = svc.onStatus

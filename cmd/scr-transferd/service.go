@@ -48,6 +48,11 @@ type service struct {
 	metricsWritten bool      // this process wrote the metrics file at least once
 	metricsAt      time.Time // when it last tried to write it, zero if never
 	metricsFailing bool      // the last write failed (logged once per run of failures)
+
+	// Owned by the service goroutine too: what loop keeps between wake-ups.
+	ready bool          // READY=1 was sent
+	dirty bool          // metrics to write at the next tick
+	last  daemon.Status // the latest snapshot handled
 }
 
 // startService starts the service goroutine; metricsFile may be empty.
@@ -109,69 +114,74 @@ func (s *service) close() {
 	<-s.finished
 }
 
+// loop is the service goroutine: it hands each new snapshot to systemd,
+// writes the metrics file at most every metricsEvery and pings the
+// watchdog, until ctx is done; then it sends the last snapshot and removes
+// the metrics file rather than rewriting it, as the instance has ended.
 func (s *service) loop(ctx context.Context) {
-	var watchdog <-chan time.Time
+	watchdog, stopWatchdog := ticker(s.watchdog > 0, s.watchdog/2)
+	defer stopWatchdog()
 	if d := s.watchdog; d > 0 {
-		t := time.NewTicker(d / 2)
-		defer t.Stop()
-		watchdog = t.C
 		s.log.Info("systemd watchdog", zap.Duration("timeout", d), zap.Duration("ping_every", d/2))
 	}
+	// The metrics ticker runs only when there is a metrics file: an idle
+	// daemon without one wakes for nothing.
+	tick, stopTick := ticker(s.metrics != nil, metricsEvery)
+	defer stopTick()
 	stalled := "" // what stopped the pings, logged once
-	// Metrics are written at most every metricsEvery, on a ticker that runs
-	// only when there is a metrics file: an idle daemon without one wakes
-	// for nothing.
-	var tick <-chan time.Time
-	if s.metrics != nil {
-		t := time.NewTicker(metricsEvery)
-		defer t.Stop()
-		tick = t.C
-	}
-	ready := false
-	dirty := false // metrics to write at the next tick
-	var last daemon.Status
-	handle := func() {
-		s.mu.Lock()
-		st, fresh := s.latest, s.fresh
-		s.fresh = false
-		s.mu.Unlock()
-		if fresh {
-			last = st
-			status := "STATUS=" + statusLine(st)
-			if !ready {
-				// The first snapshot comes once the daemon has recorded
-				// its first STATE in the transfer file.
-				ready = true
-				s.send("READY=1\n" + status)
-				dirty = true
-				s.writeMetrics(st)
-				return
-			}
-			s.send(status)
-			dirty = true
-		}
-	}
-	// The last snapshot is sent to systemd; the metrics file is removed
-	// rather than rewritten, as the instance has ended.
 	defer s.removeMetrics()
 	for {
 		select {
 		case <-ctx.Done():
-			handle()
+			s.handle()
 			return
 		case <-s.wake:
-			handle()
+			s.handle()
 		case now := <-tick:
 			// News, or a refresh that keeps the update timestamp fresh
 			// while the daemon lives (not before the first snapshot).
-			if ready && metrics.Due(dirty, s.metricsAt, now) {
-				dirty = false
-				s.writeMetrics(last)
+			if s.ready && metrics.Due(s.dirty, s.metricsAt, now) {
+				s.dirty = false
+				s.writeMetrics(s.last)
 			}
 		case <-watchdog:
 			stalled = s.pingWatchdog(stalled)
 		}
 	}
+}
+
+// ticker returns the channel of a ticker every d and what stops it when on,
+// else a nil channel, never ready, and nothing to stop.
+func ticker(on bool, d time.Duration) (<-chan time.Time, func()) {
+	if !on {
+		return nil, func() {}
+	}
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// handle takes the latest snapshot, if one came since the last call, and
+// sends it to systemd as STATUS=, with READY=1 the first time (the first
+// snapshot comes once the daemon has recorded its first STATE in the
+// transfer file, and the metrics file is written at once then); the
+// metrics are then due at the next tick.
+func (s *service) handle() {
+	s.mu.Lock()
+	st, fresh := s.latest, s.fresh
+	s.fresh = false
+	s.mu.Unlock()
+	if !fresh {
+		return
+	}
+	s.last, s.dirty = st, true
+	status := "STATUS=" + statusLine(st)
+	if !s.ready {
+		s.ready = true
+		s.send("READY=1\n" + status)
+		s.writeMetrics(st)
+		return
+	}
+	s.send(status)
 }
 
 // pingWatchdog sends WATCHDOG=1 only while the loop and the copy make

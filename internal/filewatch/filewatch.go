@@ -32,83 +32,113 @@ func Watch(ctx context.Context, path string, poll time.Duration, warn func(msg s
 	if warn == nil {
 		warn = func(string, error) {}
 	}
-	changed := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	w, err := fsnotify.NewWatcher()
+	w := &watcher{path: path, dir: filepath.Dir(path), name: filepath.Base(path), poll: poll, warn: warn,
+		changed: make(chan struct{}, 1)}
+	w.notify()
+	usePoll, _ := Polls(w.dir, w.fsw != nil)
+	w.last = stampOf(path)
+	go w.run(ctx, usePoll)
+	return w.changed
+}
+
+// watcher is the state of one Watch, owned by its goroutine once started.
+type watcher struct {
+	path, dir, name string
+	poll            time.Duration
+	warn            func(msg string, err error)
+	changed         chan struct{}
+
+	fsw    *fsnotify.Watcher // nil without notification
+	events <-chan fsnotify.Event
+	errs   <-chan error
+	tick   *time.Ticker     // nil until polling starts
+	tickC  <-chan time.Time // nil, never ready, unless polling
+	last   stamp            // the file's metadata at the last poll
+}
+
+// notify watches the file's directory with inotify; where that fails only
+// the poll remains, and warn says so.
+func (w *watcher) notify() {
+	fsw, err := fsnotify.NewWatcher()
 	if err == nil {
-		if err = w.Add(filepath.Dir(path)); err == nil {
-			events, errs = w.Events, w.Errors
-		} else {
-			w.Close()
-			w = nil
+		if err = fsw.Add(w.dir); err == nil {
+			w.fsw, w.events, w.errs = fsw, fsw.Events, fsw.Errors
+			return
+		}
+		fsw.Close()
+	}
+	w.warn("no file-system notification; polling only", err)
+}
+
+// run delivers changes until ctx is done, polling from the start when
+// usePoll is set.
+func (w *watcher) run(ctx context.Context, usePoll bool) {
+	defer w.stop()
+	if usePoll {
+		w.startPoll()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.events:
+			w.onEvent(ev, ok)
+		case err, ok := <-w.errs:
+			if !ok {
+				w.errs = nil
+			} else {
+				w.warn("file-system notification error; rereading the file", err)
+				w.signal()
+			}
+		case <-w.tickC:
+			if s := stampOf(w.path); s != w.last {
+				w.last = s
+				w.signal()
+			}
 		}
 	}
-	if err != nil {
-		warn("no file-system notification; polling only", err)
+}
+
+// onEvent handles one inotify event of the directory (ok false: the event
+// channel closed, and only the poll remains).
+func (w *watcher) onEvent(ev fsnotify.Event, ok bool) {
+	switch {
+	case !ok:
+		w.events = nil
+		w.startPoll()
+	case filepath.Clean(ev.Name) == w.dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
+		// The directory itself went away: its watch is dead.
+		w.startPoll()
+		w.signal()
+	case filepath.Base(ev.Name) == w.name:
+		w.signal()
 	}
-	dir := filepath.Dir(path)
-	usePoll, _ := Polls(dir, w != nil)
-	name := filepath.Base(path)
-	last := stampOf(path)
-	go func() {
-		if w != nil {
-			defer w.Close()
-		}
-		var tick *time.Ticker
-		var tickC <-chan time.Time // nil, never ready, unless polling
-		startPoll := func() {
-			if tick == nil {
-				tick = time.NewTicker(poll)
-				tickC = tick.C
-			}
-		}
-		defer func() {
-			if tick != nil {
-				tick.Stop()
-			}
-		}()
-		if usePoll {
-			startPoll()
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-events:
-				switch {
-				case !ok:
-					events = nil
-					startPoll()
-				case filepath.Clean(ev.Name) == dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
-					// The directory itself went away: its watch is dead.
-					startPoll()
-					signal()
-				case filepath.Base(ev.Name) == name:
-					signal()
-				}
-			case err, ok := <-errs:
-				if !ok {
-					errs = nil
-				} else {
-					warn("file-system notification error; rereading the file", err)
-					signal()
-				}
-			case <-tickC:
-				if s := stampOf(path); s != last {
-					last = s
-					signal()
-				}
-			}
-		}
-	}()
-	return changed
+}
+
+// signal makes a value pending on changed unless one already is.
+func (w *watcher) signal() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// startPoll starts comparing the file's metadata every poll, once.
+func (w *watcher) startPoll() {
+	if w.tick == nil {
+		w.tick = time.NewTicker(w.poll)
+		w.tickC = w.tick.C
+	}
+}
+
+// stop releases the watch and the ticker.
+func (w *watcher) stop() {
+	if w.fsw != nil {
+		w.fsw.Close()
+	}
+	if w.tick != nil {
+		w.tick.Stop()
+	}
 }
 
 // stamp identifies a version of a file by what stat(2) says of it.

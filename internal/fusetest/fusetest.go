@@ -180,6 +180,7 @@ var (
 	_ fs.NodeWrapChilder = (*node)(nil)
 	_ fs.NodeOpener      = (*node)(nil)
 	_ fs.NodeCreater     = (*node)(nil)
+	_ fs.NodeTmpfiler    = (*node)(nil)
 )
 
 // WrapChild gives every node of the tree the mount's options.
@@ -191,6 +192,14 @@ func (n *node) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedd
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
 	return n.wrap(fh), fl, errno
+}
+
+// Tmpfile answers ENOSYS, which the kernel turns into EOPNOTSUPP for
+// O_TMPFILE: the loopback cannot give such a file a name later (LINK
+// carries no descriptor), and network file systems' FUSE clients, such as
+// GlusterFS's, have no O_TMPFILE either.
+func (n *node) Tmpfile(context.Context, uint32, uint32, *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.ENOSYS
 }
 
 // Create wraps the loopback file.

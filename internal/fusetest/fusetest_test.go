@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestBucketServesInArrivalOrder(t *testing.T) {
@@ -147,5 +149,28 @@ func TestBucketSlowsWrites(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(backing, "f"))
 	if err != nil || len(got) != 256<<10 {
 		t.Fatalf("backing file: %d bytes, %v", len(got), err)
+	}
+}
+
+func TestNoTmpfile(t *testing.T) {
+	if err := Available(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	backing, mp := t.TempDir(), t.TempDir()
+	s, err := Mount(backing, mp, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fd, err := unix.Open(mp, unix.O_RDWR|unix.O_TMPFILE, 0o600)
+	if err == nil {
+		unix.Close(fd)
+		t.Fatal("O_TMPFILE opened a file that the mount could never name")
+	}
+	if !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Errorf("O_TMPFILE: %v, want EOPNOTSUPP", err)
 	}
 }

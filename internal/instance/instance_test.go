@@ -1,9 +1,15 @@
 package instance
 
 import (
+	"context"
+	"time"
+
+	"golang.org/x/sys/unix"
+
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,5 +221,176 @@ func TestHeldErrorUnknownPID(t *testing.T) {
 	e := &HeldError{Path: "/x/.t.lock"}
 	if got := e.Error(); got != "already served by PID unknown (lock /x/.t.lock)" {
 		t.Fatal(got)
+	}
+}
+
+func TestFlockHolder(t *testing.T) {
+	locks := "1: POSIX  ADVISORY  WRITE 300 fd:01:77 0 EOF\n" +
+		"2: FLOCK  ADVISORY  WRITE 4242 00:2d:1234 0 EOF\n" +
+		"2: -> FLOCK  ADVISORY  WRITE 5151 00:2d:1234 0 EOF\n" +
+		"3: FLOCK  ADVISORY  READ 777 fd:01:99 0 EOF\n" +
+		"garbage\n4: FLOCK\n"
+	for _, tc := range []struct {
+		name     string
+		dev, ino uint64
+		want     int
+	}{
+		{"held", unix.Mkdev(0, 0x2d), 1234, 4242},
+		{"shared", unix.Mkdev(0xfd, 1), 99, 777},
+		{"posix lock only", unix.Mkdev(0xfd, 1), 77, 0},
+		{"other inode", unix.Mkdev(0, 0x2d), 123, 0},
+		{"other device", unix.Mkdev(0, 0x2e), 1234, 0},
+	} {
+		if got := flockHolder([]byte(locks), tc.dev, tc.ino); got != tc.want {
+			t.Errorf("%s: flockHolder = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+func FuzzFlockHolder(f *testing.F) {
+	f.Add([]byte("2: FLOCK  ADVISORY  WRITE 4242 00:2d:1234 0 EOF\n"), uint64(0x2d), uint64(1234))
+	f.Fuzz(func(t *testing.T, b []byte, dev, ino uint64) {
+		if pid := flockHolder(b, dev, ino); pid < 0 {
+			t.Fatalf("negative PID %d", pid)
+		}
+	})
+}
+
+// TestHolderFromProcLocks: the PID written in the lock file may be a dead
+// daemon's; the holder named is the one the kernel lists.
+func TestHolderFromProcLocks(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	h := startHolder(t, tf)
+	if err := os.WriteFile(LockPath(tf), []byte("999999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var he *HeldError
+	if _, err := Acquire(tf); !errors.As(err, &he) || he.PID != h.cmd.Process.Pid {
+		t.Fatalf("Acquire: %v, want a HeldError naming PID %d", err, h.cmd.Process.Pid)
+	}
+	if pid, held, err := Holder(tf); err != nil || !held || pid != h.cmd.Process.Pid {
+		t.Fatalf("Holder = %d %v %v, want PID %d", pid, held, err, h.cmd.Process.Pid)
+	}
+}
+
+// TestCheckTakesTheLockAgain: the lock file, or its whole directory,
+// removed under a holder: Check takes the lock again at the path, with the
+// PID, so that a newcomer is refused; removed again and taken by a
+// newcomer first, Check reports the lock lost to it.
+func TestCheckTakesTheLockAgain(t *testing.T) {
+	for _, removeDir := range []bool{false, true} {
+		dir := filepath.Join(t.TempDir(), "ctl")
+		tf := filepath.Join(dir, "transfer.scrinfo")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		l, err := Acquire(tf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := l.Check(); again || err != nil {
+			t.Fatalf("Check of an intact lock: %v %v", again, err)
+		}
+		remove := func() {
+			if removeDir {
+				err = os.RemoveAll(dir)
+			} else {
+				err = os.Remove(LockPath(tf))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		remove()
+		if again, err := l.Check(); !again || err != nil {
+			t.Fatalf("Check after removal (directory %v): %v %v, want the lock taken again", removeDir, again, err)
+		}
+		if pid, held, err := Holder(tf); !held || pid != os.Getpid() || err != nil {
+			t.Fatalf("after Check: Holder %d %v %v, want this process", pid, held, err)
+		}
+		remove()
+		if err := os.MkdirAll(dir, 0o700); err != nil { // as a second daemon does
+			t.Fatal(err)
+		}
+		h := startHolder(t, tf)
+		_, err = l.Check()
+		var lost *LostError
+		var he *HeldError
+		if !errors.As(err, &lost) || !errors.As(err, &he) || he.PID != h.cmd.Process.Pid {
+			t.Fatalf("Check after a newcomer took the lock: %v, want a LostError naming PID %d", err, h.cmd.Process.Pid)
+		}
+		l.Close()
+	}
+}
+
+// TestWatchNoticesRemovalAtOnce: with a periodic check far away, the
+// removal of the lock file is noticed through inotify and the lock taken
+// again.
+func TestWatchNoticesRemovalAtOnce(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	l, err := Acquire(tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	retaken := make(chan string, 1)
+	lost := l.Watch(ctx, time.Hour, func(p string) { retaken <- p })
+	// Watch adds its inotify watch once started: remove the file until
+	// the removal is noticed, five times over, the later ones while it
+	// waits on the new file (a periodic check is an hour away).
+	deadline := time.Now().Add(20 * time.Second)
+	for noticed := 0; noticed < 5; {
+		_ = os.Remove(LockPath(tf))
+		select {
+		case p := <-retaken:
+			if p == LockPath(tf) {
+				noticed++
+			}
+		case err := <-lost:
+			t.Fatalf("lock lost: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the removal of the lock file was never noticed")
+		}
+	}
+	cancel()
+	if _, ok := <-lost; ok {
+		t.Fatal("Watch sent an error on cancel")
+	}
+}
+
+// TestWatchEndsWithTheLock: Watch of a closed lock ends without an error,
+// so a daemon's run that returns leaves no watch behind.
+func TestWatchEndsWithTheLock(t *testing.T) {
+	l, err := Acquire(filepath.Join(t.TempDir(), "transfer.scrinfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := l.Watch(context.Background(), 10*time.Millisecond, nil)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err, ok := <-lost:
+		if ok {
+			t.Fatalf("Watch of a closed lock sent %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Watch went on after the lock was closed")
+	}
+}
+
+// TestForeignErrorIsPermission: a lock file of another user is a
+// permission problem, which a restart cannot cure, however it was found.
+func TestForeignErrorIsPermission(t *testing.T) {
+	for _, e := range []*ForeignError{
+		{Path: "/x/.t.lock", UID: 65534, Err: fmt.Errorf("owned by another user: %w", fs.ErrPermission)},
+		{Path: "/x/.t.lock", UID: 65534, Err: unix.EACCES},
+	} {
+		if !errors.Is(e, fs.ErrPermission) || !strings.Contains(e.Error(), "belongs to uid 65534") {
+			t.Errorf("%v: not a permission error naming the owner", e)
+		}
 	}
 }
