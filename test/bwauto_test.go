@@ -20,7 +20,7 @@ import (
 
 // fusemountOnce returns internal/fusetest's fusemount command, built once.
 func fusemountOnce() (string, error) {
-	dir, err := fuseBins.Dir()
+	dir, err := helperBins.Dir()
 	return filepath.Join(dir, "fusemount"), err
 }
 

@@ -25,10 +25,11 @@ import (
 // scr-ctl, with the race detector when the tests run with it.
 var bins = testenv.NewBinaries(testenv.Build{Race: testenv.Race})
 
-// fuseBins is this package's once-per-process build of fusemount, the
-// FUSE file system standing in for a PFS, built the first time a test
-// asks for it.
-var fuseBins = testenv.NewBinaries(testenv.Build{Commands: []string{"internal/fusetest/cmd/fusemount"}})
+// helperBins is this package's once-per-process build of its helper
+// programs, built the first time a test asks for one: fusemount, the FUSE
+// file system standing in for a PFS, and tearwriter, a process rewriting a
+// transfer file until it is killed.
+var helperBins = testenv.NewBinaries(testenv.Build{Commands: []string{"internal/fusetest/cmd/fusemount", "test/tearwriter"}})
 
 // binDir holds the binaries built once for the whole package, before its
 // tests run.
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	os.Exit(testenv.Main(m, bins, fuseBins))
+	os.Exit(testenv.Main(m, bins, helperBins))
 }
 
 // node is one compute node's worth of directories: a cache, a PFS and the
