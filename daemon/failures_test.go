@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -78,12 +79,8 @@ func TestFailureLoggedOncePerChange(t *testing.T) {
 	}
 	pollFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; log:\n%v", what, logs.AllUntimed())
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !testenv.Until(30*time.Second, cond) {
+			t.Fatalf("timed out waiting for %s; log:\n%v", what, logs.AllUntimed())
 		}
 	}
 

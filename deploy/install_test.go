@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 const versionPkg = "github.com/scr-transferd/scr-transferd/internal/version"
@@ -64,6 +66,7 @@ func versionOf(t *testing.T, bin string) string {
 // fresh clone (the module is not published) and checks that both binaries
 // report the commit they were built from.
 func TestInstallFromCloneStampsTheVersion(t *testing.T) {
+	testenv.Long(t, "clones the repository and builds both commands in it")
 	dir, rev := clone(t)
 	bin := filepath.Join(t.TempDir(), "bin")
 	goCmd(t, dir, bin, "install", "./cmd/...")

@@ -1,42 +1,22 @@
 package deploy
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
-// builtEnv names the directory holding scr-transferd and scr-ctl, built
-// once by TestMain for every test of the package (each build would
-// otherwise link both again under a loaded machine).
-const builtEnv = "DEPLOY_TEST_BIN"
+// bins is this package's once-per-process build of scr-transferd and
+// scr-ctl, built the first time a test asks for them (a test skipped for
+// a missing tool or under -short builds nothing).
+var bins = testenv.NewBinaries(testenv.Build{})
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "deploy-test-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	out, err := exec.Command("go", "build", "-o", dir, "../cmd/scr-transferd", "../cmd/scr-ctl").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	os.Setenv(builtEnv, dir)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, bins)) }
 
-// builtBinary returns the path of a binary TestMain built.
+// builtBinary returns the path of a binary built for the tests.
 func builtBinary(t *testing.T, name string) string {
 	t.Helper()
-	dir := os.Getenv(builtEnv)
-	if dir == "" {
-		t.Fatal("the binaries were not built")
-	}
-	return filepath.Join(dir, name)
+	return filepath.Join(bins.Need(t), name)
 }

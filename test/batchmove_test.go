@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -21,6 +22,7 @@ import (
 // linked into the moved directory, and every file flushed to its
 // DESTINATION path in the end, byte-exact and recorded.
 func TestBatchDirectoryMovedAway(t *testing.T) {
+	testenv.Long(t, "a batch of hundreds of files whose directory moves")
 	const files = 300
 	n := newNode(t)
 	srcs := map[string][]byte{}

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,17 +14,15 @@ import (
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/fusetest"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// fusemountOnce builds internal/fusetest's fusemount command once.
-var fusemountOnce = sync.OnceValues(func() (string, error) {
-	out, err := exec.Command("go", "build", "-o", binDir, "../internal/fusetest/cmd/fusemount").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building fusemount: %v: %s", err, out)
-	}
-	return filepath.Join(binDir, "fusemount"), nil
-})
+// fusemountOnce returns internal/fusetest's fusemount command, built once.
+func fusemountOnce() (string, error) {
+	dir, err := helperBins.Dir()
+	return filepath.Join(dir, "fusemount"), err
+}
 
 // sharedPFS serves backing at mount through FUSE with one bucket of bw
 // bytes/s, in a process of its own: a child of the process serving FUSE
@@ -74,6 +71,7 @@ func sharedPFS(t *testing.T, backing, mount string, bw float64) {
 // here asserts a speed: the benchmark (go run ./test/bench -only auto)
 // measures that.
 func TestBWAutoSharedDestination(t *testing.T) {
+	testenv.Long(t, "a FUSE destination of finite bandwidth shared with an application")
 	n := newNode(t)
 	shared := filepath.Join(n.root, "shared")
 	sharedPFS(t, t.TempDir(), shared, 50e6)

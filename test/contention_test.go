@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -292,6 +293,7 @@ func (m *monitor) check(path string) {
 // library settles on RUN the flush must complete, with every destination
 // identical to its source.
 func TestContention(t *testing.T) {
+	testenv.Long(t, "thousands of library updates racing the daemon")
 	updates := envInt(t, contentionUpdatesEnv, 3000)
 	limit := envDuration(t, contentionCapEnv, 8*time.Minute)
 	seed := uint64(time.Now().UnixNano())

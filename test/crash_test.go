@@ -13,6 +13,7 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -34,6 +35,7 @@ const (
 // delay before each kill is the experiment itself; every other wait is on
 // a condition.
 func TestCrash(t *testing.T) {
+	testenv.Long(t, "kills the daemon at many points of many flushes")
 	trials := envInt(t, crashTrialsEnv, 100)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(crashSeedEnv); s != "" {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -160,6 +161,7 @@ func scr12Client(path string) (*scr12Report, error) {
 // holding the lock when an SCR-1.2-like client makes its write-then-read
 // accesses, while it flushes the files that client hands it.
 func TestSCR12FcntlClient(t *testing.T) {
+	testenv.Long(t, "a thousand lock cycles of a real SCR 1.2 fcntl client during a throttled flush")
 	cycles := envInt(t, "SCR_TEST_FCNTL_CYCLES", 1000)
 	n := newNode(t)
 	n.store = hashfile.NewStore(n.transfer, hashfile.Fcntl)

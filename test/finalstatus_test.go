@@ -7,10 +7,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/internal/units"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
@@ -32,16 +32,10 @@ func TestFinalStatusCountsTheLastCommit(t *testing.T) {
 	// one the signal makes.
 	d := n.startEnv([]string{"NOTIFY_SOCKET=" + sock}, "--sync-interval=1h", "--sync-bytes=1073741824", "--log-format=json")
 	partial := flush.TempPath(n.dest("a.ckpt"))
-	deadline := time.Now().Add(settle)
-	for {
-		if fi, err := os.Stat(partial); err == nil && fi.Size() >= 256<<10 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the partial copy never reached 256 KiB")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the partial copy to reach 256 KiB", settle, func() bool {
+		fi, err := os.Stat(partial)
+		return err == nil && fi.Size() >= 256<<10
+	})
 	if w := n.view().Files[0].Written; w != 0 {
 		t.Fatalf("WRITTEN %d recorded before the signal; the test needs the signal's commit to be the only one", w)
 	}

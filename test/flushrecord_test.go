@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/status"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
@@ -19,6 +20,7 @@ import (
 // rate from that record, so far while the flush runs and in all once it
 // ended; a later RUN starts a new record.
 func TestFlushRecordTimesTheFlush(t *testing.T) {
+	testenv.Long(t, "times a throttled flush")
 	n := newNode(t)
 	a, data := n.checkpoint("flushrec-a.ckpt", 4*mib)
 	n.add(a, n.dest("flushrec-a.ckpt"))

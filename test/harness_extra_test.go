@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -176,35 +175,14 @@ func readRaw(t *testing.T, path string) []byte {
 
 // logMark returns the current length of the daemon's log, so that a later
 // waitLogAfter looks only at what the daemon said after this point.
-func (p *proc) logMark() int { return len(p.log.String()) }
+func (p *proc) logMark() int { return p.LogMark() }
 
 // waitLogAfter waits until the daemon's log, from mark on, contains every
-// one of parts on a single line, and returns that line.
+// one of parts on a single line, and returns that line; it fails as soon
+// as the daemon exits without saying it.
 func (p *proc) waitLogAfter(mark int, timeout time.Duration, parts ...string) string {
 	p.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		s := p.log.String()
-		for line := range strings.Lines(s[min(mark, len(s)):]) {
-			all := true
-			for _, part := range parts {
-				if !strings.Contains(line, part) {
-					all = false
-					break
-				}
-			}
-			if all {
-				return line
-			}
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("log never said %q after byte %d:\n%s", parts, mark, s[min(mark, len(s)):])
-		}
-		if !p.alive() {
-			p.t.Fatalf("daemon exited (%v) before its log said %q:\n%s", p.err, parts, s)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return p.WaitLogAfter(mark, timeout, parts...)
 }
 
 // checkFlushed fails unless every file of v is complete: WRITTEN = SIZE, the

@@ -11,45 +11,38 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// binDir holds the binaries built once for the whole package.
+// bins is this package's once-per-process build of scr-transferd and
+// scr-ctl, with the race detector when the tests run with it.
+var bins = testenv.NewBinaries(testenv.Build{Race: testenv.Race})
+
+// helperBins is this package's once-per-process build of its helper
+// programs, built the first time a test asks for one: fusemount, the FUSE
+// file system standing in for a PFS, and tearwriter, a process rewriting a
+// transfer file until it is killed.
+var helperBins = testenv.NewBinaries(testenv.Build{Commands: []string{"internal/fusetest/cmd/fusemount", "test/tearwriter"}})
+
+// binDir holds the binaries built once for the whole package, before its
+// tests run.
 var binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "scr-transferd-bin-")
+	dir, err := bins.Dir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	binDir = dir
-	if err := os.Chmod(dir, 0o755); err != nil { // unprivileged daemons run from here too
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	args := []string{"build", "-o", dir}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "../cmd/scr-transferd", "../cmd/scr-ctl")
-	cmd := exec.Command("go", args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the binaries:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.Main(m, bins, helperBins))
 }
 
 // node is one compute node's worth of directories: a cache, a PFS and the
@@ -65,19 +58,8 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	t.Helper()
-	root := t.TempDir()
-	n := &node{
-		t:        t,
-		root:     root,
-		cache:    filepath.Join(root, "cache"),
-		pfs:      filepath.Join(root, "pfs"),
-		transfer: filepath.Join(root, "ctl", "transfer.scrinfo"),
-	}
-	for _, d := range []string{n.cache, n.pfs, filepath.Dir(n.transfer)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d := testenv.NewNode(t)
+	n := &node{t: t, root: d.Root, cache: d.Cache, pfs: d.PFS, transfer: d.Transfer}
 	n.store = hashfile.NewStore(n.transfer, hashfile.Flock)
 	return n
 }
@@ -129,25 +111,30 @@ func (n *node) view() transfer.View {
 	return transfer.Read(tree)
 }
 
-// waitFor polls the transfer file until cond holds, failing after timeout.
+// waitFor polls the transfer file until cond holds, failing after timeout
+// with the transfer file as it last was.
 func (n *node) waitFor(what string, timeout time.Duration, cond func(v transfer.View) bool) transfer.View {
 	n.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		tree, err := n.store.Read()
-		if err == nil {
-			v := transfer.Read(tree)
-			if cond(v) {
-				return v
-			}
-			if time.Now().After(deadline) {
-				n.t.Fatalf("timed out after %v waiting for %s; transfer file:\n%s", timeout, what, hashfile.Format(tree, 2))
-			}
-		} else if time.Now().After(deadline) {
-			n.t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+	var (
+		v    transfer.View
+		tree *hashfile.Tree
+		err  error
+	)
+	if testenv.Until(timeout, func() bool {
+		tree, err = n.store.Read()
+		if err != nil {
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
+		v = transfer.Read(tree)
+		return cond(v)
+	}) {
+		return v
 	}
+	if err != nil {
+		n.t.Fatalf("timed out after %v waiting for %s: %v", timeout, what, err)
+	}
+	n.t.Fatalf("timed out after %v waiting for %s; transfer file:\n%s", timeout, what, hashfile.Format(tree, 2))
+	return v
 }
 
 func done(v transfer.View) bool { return v.Done && v.State == transfer.Stopped && !v.HasPending() }
@@ -162,98 +149,55 @@ func file(v transfer.View, src string) (transfer.File, bool) {
 	return transfer.File{}, false
 }
 
-// proc is a running daemon.
+// proc is a running daemon: a testenv.Process under the names this
+// package's tests use.
 type proc struct {
+	*testenv.Process
 	t    *testing.T
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan struct{}
-	err  error
+	cmd  *exec.Cmd       // Process.Cmd
+	log  *syncBuffer     // Process.Log: standard output and error
+	done <-chan struct{} // closed once the daemon has exited
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is the log buffer a test may read while a process writes it.
+type syncBuffer = testenv.SyncBuffer
 
 // start launches scr-transferd on the node's transfer file with extra flags.
 func (n *node) start(flags ...string) *proc {
 	n.t.Helper()
 	args := append([]string{"--retry-min=100ms", "--retry-max=500ms"}, flags...)
 	args = append(args, n.transfer)
-	cmd := exec.Command(filepath.Join(binDir, "scr-transferd"), args...)
-	p := &proc{t: n.t, cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	if err := cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	n.t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if n.t.Failed() {
-			n.t.Logf("daemon log:\n%s", p.log.String())
-		}
-	})
-	return p
+	return n.startCmd(exec.Command(filepath.Join(binDir, "scr-transferd"), args...))
 }
 
+// startCmd starts a daemon command prepared by the caller: it is killed at
+// the end of the test if still running, and its log shown if the test
+// failed.
+func (n *node) startCmd(cmd *exec.Cmd) *proc {
+	n.t.Helper()
+	p := testenv.Start(n.t, cmd)
+	return &proc{Process: p, t: n.t, cmd: p.Cmd, log: p.Log, done: p.Done()}
+}
+
+// signal sends s to the daemon.
 func (p *proc) signal(s syscall.Signal) {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(s); err != nil {
-		p.t.Fatal(err)
-	}
+	p.Signal(s)
 }
 
 // wait waits for the daemon to exit and returns its exit code.
 func (p *proc) wait(timeout time.Duration) int {
 	p.t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		p.t.Fatalf("daemon did not exit within %v", timeout)
-	}
-	if p.cmd.ProcessState == nil {
-		p.t.Fatalf("daemon: %v", p.err)
-	}
-	return p.cmd.ProcessState.ExitCode()
+	return p.Wait(timeout)
 }
 
-func (p *proc) alive() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
+// alive reports whether the daemon is still running.
+func (p *proc) alive() bool { return p.Alive() }
 
 // waitLog waits until the daemon's log contains s.
 func (p *proc) waitLog(s string, timeout time.Duration) {
 	p.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(p.log.String(), s) {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("log never said %q:\n%s", s, p.log.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	p.WaitLog(s, timeout)
 }
 
 // sameFile fails unless path holds exactly want.

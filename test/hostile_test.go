@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -97,6 +98,7 @@ func undecodables() []undecodable {
 // alive, and leave the file exactly as it found it; once the good file is
 // back it must go on, and the flush must complete with the data intact.
 func TestHostileTransferFiles(t *testing.T) {
+	testenv.Long(t, "a daemon per hostile transfer file")
 	n := newNode(t)
 	src, data := n.checkpoint("a.ckpt", 24*mib)
 	n.add(src, n.dest("a.ckpt"))
@@ -259,6 +261,7 @@ func TestHostileWrittenBeyondSize(t *testing.T) {
 // middle of a throttled flush: it must say so and keep the last good
 // limit, which shows in the rate the copy keeps.
 func TestHostileLimits(t *testing.T) {
+	testenv.Long(t, "transfer files and entries at the size limits")
 	const bw = 1e6
 	n := newNode(t)
 	src, data := n.checkpoint("a.ckpt", 48*mib)

@@ -11,22 +11,19 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
 // waitGone polls until path does not exist.
 func waitGone(t *testing.T, path string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		_, err := os.Lstat(path)
-		if errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still there after %v (%v)", path, timeout, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var err error
+	if !testenv.Until(timeout, func() bool {
+		_, err = os.Lstat(path)
+		return errors.Is(err, os.ErrNotExist)
+	}) {
+		t.Fatalf("%s still there after %v (%v)", path, timeout, err)
 	}
 }
 

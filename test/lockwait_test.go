@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -115,35 +116,13 @@ func (n *node) startEnv(env []string, flags ...string) *proc {
 	return n.startCmd(cmd)
 }
 
-// startCmd starts a daemon command prepared by the caller, as node.start.
-func (n *node) startCmd(cmd *exec.Cmd) *proc {
-	n.t.Helper()
-	p := &proc{t: n.t, cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	if err := cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	n.t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if n.t.Failed() {
-			n.t.Logf("daemon log:\n%s", p.log.String())
-		}
-	})
-	return p
-}
-
 // TestLibraryHoldsTheLock: another process holds the transfer file's lock
 // for 20 s while the daemon copies. STATUS= says the daemon waits for it,
 // the watchdog stops pinging (the loop and the copy make no progress), and
 // SIGTERM is answered within a second; once the lock is free again a new
 // daemon finishes the flush.
 func TestLibraryHoldsTheLock(t *testing.T) {
+	testenv.Long(t, "holds the transfer file's lock for seconds")
 	n := newNode(t)
 	src, data := n.checkpoint("a.ckpt", 8*mib)
 	n.add(src, n.dest("a.ckpt"))

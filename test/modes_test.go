@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -98,6 +99,7 @@ func perm(t *testing.T, path string) os.FileMode {
 // accepts them and flushes; under --strict-modes it refuses the library's
 // group-writable ones but still accepts the files it creates itself.
 func TestUmaskMatrix(t *testing.T) {
+	testenv.Long(t, "a daemon per umask and creator")
 	for _, mask := range []int{0o022, 0o002, 0o077} {
 		for _, first := range []string{"library", "daemon"} {
 			for _, strict := range []bool{false, true} {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -17,6 +18,7 @@ import (
 // durable; the groups must stay within the limit whatever the layout: no
 // ERROR recorded at any time, and every file byte-exact.
 func TestDescriptorsBoundedByLimit(t *testing.T) {
+	testenv.Long(t, "batches of files under several descriptor limits")
 	for _, limit := range []int{32, 64} {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
 			n := newNode(t)

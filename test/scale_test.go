@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -36,6 +37,7 @@ const (
 // 2 s flush, so shorter flushes would measure the burst rather than the
 // limit.
 func TestScale(t *testing.T) {
+	testenv.Long(t, "flushes thousands of files")
 	count := envInt(t, scaleDaemonsEnv, 32)
 	size := int64(envInt(t, scaleMiBEnv, 16)) * mib
 	bw := envFloat(t, scaleBWEnv, 3.4e6)

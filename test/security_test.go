@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -243,6 +244,7 @@ func TestRunsUnprivilegedWithUmaskModes(t *testing.T) {
 // while the daemon flushes: whatever it checked a moment before, nothing may
 // be read from or written to the outside directory.
 func TestSymlinkRace(t *testing.T) {
+	testenv.Long(t, "swaps directories for symbolic links for seconds during flushes")
 	n := newNode(t)
 	outside := filepath.Join(n.root, "outside")
 	must(t, os.MkdirAll(outside, 0o755))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/fusetest"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -54,6 +55,7 @@ var lockModes = []fusetest.LockMode{fusetest.NodeLocalLocks, fusetest.NoLocks}
 // source's bytes; the second then ends with its own bytes there, recorded
 // complete (an ERROR while it waits for the first is honest), no livelock.
 func TestSharedDestinationAcrossNodes(t *testing.T) {
+	testenv.Long(t, "daemons of several nodes flushing to one destination under each locking mode")
 	for _, locks := range lockModes {
 		t.Run(locks.String(), func(t *testing.T) {
 			nodes := fuseNodes(t, locks, 2)

@@ -10,23 +10,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// tearWriter builds test/tearwriter once per test binary.
-var tearWriter = sync.OnceValues(func() (string, error) {
-	out := filepath.Join(binDir, "tearwriter")
-	cmd := exec.Command("go", "build", "-o", out, "./tearwriter")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building tearwriter: %w\n%s", err, b)
-	}
-	return out, nil
-})
+// tearWriter returns test/tearwriter, built once per test binary.
+func tearWriter() (string, error) {
+	dir, err := helperBins.Dir()
+	return filepath.Join(dir, "tearwriter"), err
+}
 
 // shmDir returns a fresh directory on /dev/shm, SCR's control base, or a
 // temporary directory where there is none.
@@ -52,6 +48,7 @@ func shmDir(t *testing.T) string {
 // outside the race detector. Bounded by TEAR_KILLS kills (default 2000)
 // and TEAR_BUDGET of time (default 90s).
 func TestKillCannotTearTheTransferFile(t *testing.T) {
+	testenv.Long(t, "kills a process rewriting a transfer file again and again")
 	helper, err := tearWriter()
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -24,6 +25,7 @@ import (
 // work, not time: a slow machine makes more batches (each at most
 // --sync-interval long), and the bound leaves room for that.
 func TestTransferFileWorkPerFile(t *testing.T) {
+	testenv.Long(t, "counts the daemon's work over many files")
 	const files = 1000
 	n := newNode(t)
 	data := n.smallFilesToRun(files, 1024)

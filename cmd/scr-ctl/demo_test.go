@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/scr-transferd/scr-transferd/cache/cachetest"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // demoRun runs the demo in process with args and returns its result.
@@ -189,19 +190,7 @@ func TestDemoScreens(t *testing.T) {
 			if i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "Done: ") }); i < len(lines)-size.h+1 || i < 0 {
 				t.Errorf("the summary is not on the last screen (line %d of %d)", i+1, len(lines))
 			}
-			golden := filepath.Join("testdata", "demo-"+name+".txt")
-			if *update {
-				if err := os.WriteFile(golden, []byte(s), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s != string(want) {
-				t.Errorf("the screen differs from %s (go test -update rewrites it):\n%s", golden, s)
-			}
+			testenv.Golden(t, filepath.Join("testdata", "demo-"+name+".txt"), []byte(s))
 		})
 	}
 }

@@ -3,49 +3,39 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
-	"github.com/scr-transferd/scr-transferd/cache/cachetest"
-	"github.com/scr-transferd/scr-transferd/hashfile"
-	"github.com/scr-transferd/scr-transferd/transfer"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/cache/cachetest"
+	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
+	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// update makes golden tests rewrite their files in testdata instead of
-// comparing, as in every package of the project: go test -update.
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+// bins is this package's once-per-process build of scr-ctl and
+// scr-transferd, for the tests that run real processes.
+var bins = testenv.NewBinaries(testenv.Build{})
 
-// Binaries built once for the tests that run real processes.
+// The binaries, built before the tests run.
 var (
 	ctlBin    string
 	daemonBin string
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(buildAndRun(m))
-}
-
-func buildAndRun(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "scr-ctl-test-")
+	dir, err := bins.Dir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	ctlBin = filepath.Join(dir, "scr-ctl")
-	daemonBin = filepath.Join(dir, "scr-transferd")
-	for _, b := range []struct{ out, pkg string }{{ctlBin, "."}, {daemonBin, "../scr-transferd"}} {
-		if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", b.pkg, err, out)
-			return 1
-		}
-	}
-	return m.Run()
+	ctlBin = filepath.Join(dir, testenv.Ctl)
+	daemonBin = filepath.Join(dir, testenv.Daemon)
+	os.Exit(testenv.Main(m, bins))
 }
 
 // result is what a command printed and its exit status.
@@ -88,9 +78,9 @@ func inproc(ctx context.Context, args ...string) result {
 
 // daemonProc is a running scr-transferd.
 type daemonProc struct {
-	cmd    *exec.Cmd
-	logs   *bytes.Buffer
-	exited chan error
+	*testenv.Process
+	cmd    *exec.Cmd  // Process.Cmd
+	exited chan error // receives the daemon's exit (nil for status 0) once it has exited; put it back after reading
 }
 
 // startDaemon starts the daemon on tf and returns once the daemon has
@@ -98,52 +88,28 @@ type daemonProc struct {
 // running, and its log is shown if the test failed.
 func startDaemon(t *testing.T, tf string) *daemonProc {
 	t.Helper()
-	cmd := exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", "--create-dir", tf)
-	d := &daemonProc{cmd: cmd, logs: &bytes.Buffer{}, exited: make(chan error, 1)}
-	cmd.Stderr = d.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case <-d.exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-d.exited
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.logs.String())
-		}
-	})
+	p := testenv.Start(t, exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", "--create-dir", tf))
 	// Ready once it has answered in the transfer file, which it creates
 	// if need be: a command given before that, on a loaded machine, could
 	// find no transfer file yet ("no such transfer file").
 	store := hashfile.NewStore(tf, hashfile.Flock)
 	pollFor(t, "the daemon to answer in "+tf, time.Minute, func() bool {
-		select {
-		case err := <-d.exited:
-			d.exited <- err
-			t.Fatalf("the daemon exited as it started (%v)", err)
-		default:
+		if !p.Alive() {
+			t.Fatalf("the daemon exited as it started (%v)", p.Err())
 		}
 		tree, err := store.Read()
 		return err == nil && transfer.Read(tree).State != ""
 	})
+	d := &daemonProc{Process: p, cmd: p.Cmd, exited: make(chan error, 1)}
+	go func() { <-p.Done(); d.exited <- p.Err() }()
 	return d
 }
 
 // wantExit waits for the daemon to exit with status 0.
 func (d *daemonProc) wantExit(t *testing.T, within time.Duration) {
 	t.Helper()
-	select {
-	case err := <-d.exited:
-		d.exited <- err
-		if err != nil {
-			t.Fatalf("daemon exit: %v", err)
-		}
-	case <-time.After(within):
-		t.Fatalf("daemon still running %s after EXIT", within)
+	if code := d.Wait(within); code != 0 {
+		t.Fatalf("daemon exit: %v", d.Err())
 	}
 }
 

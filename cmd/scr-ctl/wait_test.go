@@ -1,19 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/instance"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -69,34 +68,13 @@ func (b *bgCtl) running() bool {
 	}
 }
 
-// syncBuf is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// syncBuf is the buffer a test may read while a process writes it.
+type syncBuf = testenv.SyncBuffer
 
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// pollFor polls cond every 10 ms until it holds, failing after within.
+// pollFor polls cond until it holds, failing after within.
 func pollFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, what, within, cond)
 }
 
 // TestWaitThroughATransientError: a source that appears after the daemon

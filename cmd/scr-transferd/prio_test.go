@@ -17,6 +17,7 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/prio"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -95,16 +96,10 @@ func TestPriorityOnEveryThread(t *testing.T) {
 	store := hashfile.NewStore(tf, hashfile.Flock)
 	waitFor := func(what string, ok func(transfer.View) bool) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			if tree, err := store.Read(); err == nil && ok(transfer.Read(tree)) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within a minute", what)
-			}
-			time.Sleep(20 * time.Millisecond) // polling the transfer file for the condition
-		}
+		testenv.WaitFor(t, what, time.Minute, func() bool {
+			tree, err := store.Read()
+			return err == nil && ok(transfer.Read(tree))
+		})
 	}
 	waitFor("STATE", func(v transfer.View) bool { return v.State != "" })
 	n1 := checkThreads(t, cmd.Process.Pid, wantNice)

@@ -20,18 +20,21 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/daemon"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// buildDaemon builds this command into dir.
-func buildDaemon(t *testing.T, dir string) string {
+// bins is this package's once-per-process build of the daemon, with the
+// race detector when the tests run with it, built the first time a test
+// asks for it (the tests that run it skip under -short).
+var bins = testenv.NewBinaries(testenv.Build{Commands: []string{testenv.Daemon}, Race: testenv.Race})
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, bins)) }
+
+// buildDaemon returns the daemon built for the tests; dir is unused.
+func buildDaemon(t *testing.T, _ string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "scr-transferd")
-	out, err := exec.Command("go", "build", "-race", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return bins.Path(t, testenv.Daemon)
 }
 
 // notifications listens on a unix datagram socket, as systemd does for

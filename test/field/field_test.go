@@ -13,42 +13,38 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
-// binDir holds scr-transferd and scr-ctl, built once for the package and
-// readable by every user.
+// bins is this package's once-per-process build of scr-transferd and
+// scr-ctl, with the race detector when the tests run with it; plainBins is
+// the static build without it that a site installs (a sandboxed unit's
+// LockPersonality= and system-call filter refuse the race runtime),
+// built the first time a test asks for it.
+var (
+	bins      = testenv.NewBinaries(testenv.Build{Race: testenv.Race})
+	plainBins = testenv.NewBinaries(testenv.Build{Static: true})
+)
+
+// binDir holds bins, built before the tests run and readable by every
+// user.
 var binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "scr-field-bin-")
+	dir, err := bins.Dir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	binDir = dir
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	args := []string{"build", "-o", dir}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "../../cmd/scr-transferd", "../../cmd/scr-ctl")
-	cmd := exec.Command("go", args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the binaries:", err)
-		os.Exit(1)
-	}
 	// The cache reaper, where the job scripts look for it (PATH).
 	if err := copyFile("../../deploy/slurm/reap-caches.sh", filepath.Join(dir, "scr-transferd-reap"), 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		_ = bins.Remove()
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.Main(m, bins, plainBins))
 }
 
 // underCI reports whether the tests run in CI, where every environment

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -15,6 +16,7 @@ import (
 // `journalctl -p err`, the start's info line is not, and warnings are at
 // PRIORITY=4. Before, every line was recorded at PRIORITY=6.
 func TestJournalSeverity(t *testing.T) {
+	testenv.Long(t, "the system unit's journal through a flush")
 	c := nspawnContainer(t)
 	installUnits(t, c)
 	j := newUnitJob(t, c)

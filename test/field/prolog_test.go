@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // prologJob is a job submitted in the container by a given user on the
@@ -198,6 +200,7 @@ func staleCache(t *testing.T, c *container, user string, id int, unfinished bool
 // prolog site: its own daemon finds the prolog's serving the file, the
 // job uses that one and completes 0:0.
 func TestSlurmPrologSite(t *testing.T) {
+	testenv.Long(t, "the site prolog and epilog through Slurm jobs")
 	t.Parallel()
 	c := nspawnContainer(t)
 	containerSlurm(t, c)

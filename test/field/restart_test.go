@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // failedForGood waits until unit has failed and fails the test unless it
@@ -40,6 +42,7 @@ func failedForGood(t *testing.T, c *container, unit string, want int) map[string
 // every RestartSec= for the rest of the job; a bad configuration restarts
 // until the unit's start limit, and stays failed then.
 func TestSystemdUnitPermanentErrorStops(t *testing.T) {
+	testenv.Long(t, "the system unit restarted up to its start limit")
 	t.Parallel()
 	c := nspawnContainer(t)
 	installUnits(t, c)

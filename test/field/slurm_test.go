@@ -18,6 +18,7 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -431,6 +432,7 @@ func (c *cluster) staleCache(t *testing.T, node string, id int, unfinished bool)
 // handing over its checkpoints still gets them flushed, and the job
 // reports the application's exit status.
 func TestSlurmApplicationFails(t *testing.T) {
+	testenv.Long(t, "a Slurm job whose application fails")
 	t.Parallel()
 	c := slurmCluster(t)
 	dir, pfs, out := work(t)
@@ -457,6 +459,7 @@ func TestSlurmApplicationFails(t *testing.T) {
 // copy that equal the source, and a file recorded complete is the
 // source's bytes at its destination. Nothing of the job is left running.
 func TestSlurmCancelMidFlush(t *testing.T) {
+	testenv.Long(t, "a Slurm job cancelled mid-flush")
 	t.Parallel()
 	c := slurmCluster(t)
 	dir, pfs, out := work(t)

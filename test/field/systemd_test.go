@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -133,33 +133,16 @@ func (c *container) journal(t *testing.T, unit string) string {
 	return c.sh(t, "journalctl", "--no-pager", "-o", "cat", "-u", unit)
 }
 
-var (
-	installMu    sync.Mutex
-	plainBinOnce sync.Once
-	plainBinDir  string
-	plainBinErr  error
-)
+// installMu makes the tests that install the units, in parallel, do it
+// one at a time.
+var installMu sync.Mutex
 
-// plainBinaries builds scr-transferd and scr-ctl as a site installs them:
+// plainBinaries returns scr-transferd and scr-ctl as a site installs them:
 // static, without the race detector (whose runtime a sandboxed unit's
 // LockPersonality= and system-call filter do not allow).
 func plainBinaries(t *testing.T) string {
 	t.Helper()
-	plainBinOnce.Do(func() {
-		plainBinDir, plainBinErr = os.MkdirTemp("", "scr-field-plain-")
-		if plainBinErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", plainBinDir, "../../cmd/scr-transferd", "../../cmd/scr-ctl")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			plainBinErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if plainBinErr != nil {
-		t.Fatal(plainBinErr)
-	}
-	return plainBinDir
+	return plainBins.Need(t)
 }
 
 // unitJob is one instance of the system unit in the container, for one
@@ -421,6 +404,7 @@ func (j *unitJob) stop() {
 // from WRITTEN, systemctl stop records STATE EXITING and leaves the cache
 // and transfer file in place, and a later start resumes from WRITTEN.
 func TestSystemdUnit(t *testing.T) {
+	testenv.Long(t, "boots the systemd container's unit through a whole flush")
 	t.Parallel()
 	c := nspawnContainer(t)
 	installUnits(t, c)

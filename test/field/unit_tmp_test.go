@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -18,6 +19,7 @@ import (
 // --allow-dest (an instance environment file overrides the site's), so
 // that the sandbox, not confinement, decides.
 func TestSystemdUnitTmpDestinationFails(t *testing.T) {
+	testenv.Long(t, "the system unit with destinations under /tmp")
 	c := nspawnContainer(t)
 	installUnits(t, c)
 	j := newUnitJob(t, c)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // The container's one-node Slurm cluster: ports apart from the host
@@ -293,6 +295,7 @@ func procsIn(pidNS string) []jobProc {
 // is stopped and nothing of the job is left running; the unit's stop hook
 // reaps the cache of an earlier, ended job and keeps one not flushed.
 func TestSlurmSystemdJob(t *testing.T) {
+	testenv.Long(t, "a Slurm job running the daemon as a user unit")
 	t.Parallel()
 	c := nspawnContainer(t)
 	uid := containerSlurm(t, c)
@@ -342,6 +345,7 @@ func TestSlurmSystemdJob(t *testing.T) {
 // would leave it running), the job reads as cancelled (0:15), and nothing
 // of the job is left running.
 func TestSlurmSystemdJobCancelled(t *testing.T) {
+	testenv.Long(t, "a cancelled Slurm job running the daemon as a user unit")
 	t.Parallel()
 	c := nspawnContainer(t)
 	uid := containerSlurm(t, c)

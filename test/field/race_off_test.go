@@ -1,5 +1,0 @@
-//go:build !race
-
-package field
-
-const raceEnabled = false
