@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"flag"
-	"io/fs"
 	"math"
 	"os"
 	"regexp"
@@ -85,30 +83,23 @@ func TestCommandLineMistakes(t *testing.T) {
 // flags --help lists, with the same defaults.
 func TestREADMEFlagTable(t *testing.T) {
 	documented := map[string]string{} // flag -> default column
-	// Flags added since the README was last restructured are documented
-	// in docs/pending until they are integrated.
-	for _, doc := range []string{"../../README.md", "../../docs/pending/bwauto.md"} {
-		readme, err := os.ReadFile(doc)
-		if errors.Is(err, fs.ErrNotExist) && strings.Contains(doc, "/pending/") {
-			continue // integrated into the README
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Daemon flags\n")
+	if !ok {
+		t.Fatal("README.md has no \"## Daemon flags\" section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	name := regexp.MustCompile("`--([a-z-]+)")
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.Contains(cells[1], "`--") {
+			continue
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, section, ok := strings.Cut(string(readme), "\n## Daemon flags\n")
-		if !ok {
-			t.Fatalf("%s has no \"## Daemon flags\" section", doc)
-		}
-		section, _, _ = strings.Cut(section, "\n## ")
-		name := regexp.MustCompile("`--([a-z-]+)")
-		for _, line := range strings.Split(section, "\n") {
-			cells := strings.Split(line, "|")
-			if len(cells) < 4 || !strings.Contains(cells[1], "`--") {
-				continue
-			}
-			for _, m := range name.FindAllStringSubmatch(cells[1], -1) {
-				documented[m[1]] = strings.TrimSpace(cells[2])
-			}
+		for _, m := range name.FindAllStringSubmatch(cells[1], -1) {
+			documented[m[1]] = strings.TrimSpace(cells[2])
 		}
 	}
 	t.Setenv("SCR_TRANSFER_SECS", "")
