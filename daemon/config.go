@@ -88,11 +88,11 @@ type Config struct {
 	// reads and writes to these directory prefixes.
 	AllowSrc, AllowDest []string
 
-	// FcntlSettle is, with fcntl locking, how long the transfer file must
-	// go without a change the daemon did not make before the daemon takes
-	// its lock: SCR up to 1.2 takes its fcntl lock with F_SETLK, without
-	// waiting, and fails outright when the daemon holds it right after the
-	// library's own write.
+	// FcntlSettle is, with fcntl locking, the longest wait after a change
+	// the daemon did not make for the library's read that follows, before
+	// the daemon takes the lock (hashfile.Store.Settle): SCR up to 1.2 takes
+	// its fcntl lock with F_SETLK, without waiting, and fails outright when
+	// the daemon holds it.
 	FcntlSettle time.Duration
 
 	// StrictModes refuses a group-writable transfer file or control
@@ -126,6 +126,7 @@ type Status struct {
 	ThrottleSlept  time.Duration
 	LastSuccess    time.Time // when a file last completed; zero if never
 	LockWaitSince  time.Time // since when the daemon waits for the transfer-file lock; zero if it does not
+	NoQuietSince   time.Time // fcntl locking: since when the library leaves the transfer file no quiet moment; zero if it does
 }
 
 // DefaultStreams is Config.Streams when unset.

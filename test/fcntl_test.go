@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +26,12 @@ import (
 // lock attempt that fails. Between its write and its read it works for a
 // few milliseconds, as the library does, which is when a daemon reacting
 // to the write at once takes the lock.
+//
+// Both accesses are SCR 1.2.2's: scr_hash_lock_open_read (the write's
+// first half) and scr_hash_read_with_lock (the read) both go through
+// scr_open_with_lock, open(O_RDWR|O_CREAT) and scr_file_lock_write, an
+// F_WRLCK: the library's read is an exclusive lock too, which a daemon's
+// shared lock makes fail as surely as an exclusive one.
 const (
 	scr12Env      = "SCR_TEST_SCR12_CLIENT" // the transfer file
 	scr12CycleEnv = "SCR_TEST_SCR12_CYCLES"
@@ -82,7 +89,7 @@ func scr12Client(path string) (*scr12Report, error) {
 	for i := range cycles {
 		rep.Cycles++
 		// The write: read, modify, rewrite in place, under F_WRLCK.
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, err
 		}
@@ -122,14 +129,15 @@ func scr12Client(path string) (*scr12Report, error) {
 			}
 		}
 		f.Close()
-		// Then the test of the flush: a read under F_RDLCK, after the
-		// library's own few milliseconds of work in between.
+		// Then the test of the flush: a read, under F_WRLCK as the
+		// library takes it, after the library's own few milliseconds of
+		// work in between.
 		time.Sleep(time.Duration(i%6) * time.Millisecond) // the library's work, not a wait for a condition
-		f, err = os.Open(path)
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, err
 		}
-		switch err := setlk(f, unix.F_RDLCK); {
+		switch err := setlk(f, unix.F_WRLCK); {
 		case errors.Is(err, errBusyLock):
 			rep.ReadFailures++
 			fail("read lock", i)
@@ -156,11 +164,55 @@ func scr12Client(path string) (*scr12Report, error) {
 	return rep, nil
 }
 
-// TestSCR12FcntlClient: with --locking=fcntl the daemon must never be
-// holding the lock when an SCR-1.2-like client makes its write-then-read
-// accesses, while it flushes the files that client hands it.
+// TestSCR12FcntlClient: with --locking=fcntl and the default settling the
+// daemon must never be holding the lock when an SCR-1.2-like client makes
+// its write-then-read accesses, while it flushes the files that client
+// hands it.
 func TestSCR12FcntlClient(t *testing.T) {
-	cycles := envInt(t, "SCR_TEST_FCNTL_CYCLES", 1000)
+	scr12Run(t, envInt(t, "SCR_TEST_FCNTL_CYCLES", 600), 0)
+}
+
+// TestSCR12FcntlClientLoaded is TestSCR12FcntlClient on a loaded machine:
+// two processes spin on the CPUs throughout, so that the daemon and the
+// client are preempted at any moment, between the client's write and its
+// read too.
+func TestSCR12FcntlClientLoaded(t *testing.T) {
+	scr12Run(t, envInt(t, "SCR_TEST_FCNTL_LOADED_CYCLES", 300), 2)
+}
+
+// busyEnv makes the test binary spin on a CPU until killed.
+const busyEnv = "SCR_TEST_BUSY_LOOP"
+
+// busySink keeps the busy loop's work from being optimised away.
+var busySink atomic.Uint64
+
+func init() {
+	if os.Getenv(busyEnv) != "" {
+		for n := uint64(0); ; n++ { // a CPU's worth of work until killed
+			busySink.Store(n)
+		}
+	}
+}
+
+// busyLoops starts n processes spinning on the CPUs (the shell's
+// while :; do :; done) until the test ends.
+func busyLoops(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), busyEnv+"=1")
+		must(t, cmd.Start())
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+}
+
+// scr12Run runs the SCR-1.2-like client for cycles cycles against a daemon
+// in fcntl mode, with busy processes spinning meanwhile, and fails on any
+// lock attempt of the client that fails.
+func scr12Run(t *testing.T, cycles, busy int) {
 	n := newNode(t)
 	n.store = hashfile.NewStore(n.transfer, hashfile.Fcntl)
 	srcs := map[string][]byte{}
@@ -171,13 +223,14 @@ func TestSCR12FcntlClient(t *testing.T) {
 		srcs[p] = data
 		lines = append(lines, fmt.Sprintf("%s|%s|%d", p, n.dest(name), len(data)))
 	}
-	// The flush runs throughout the cycles: 10 MiB at 200 kB/s.
+	// The flush runs throughout the cycles: 10 MiB at 100 kB/s.
 	n.library(func(tr *hashfile.Tree) {
-		transfer.SetBW(tr, 200e3)
+		transfer.SetBW(tr, 100e3)
 		transfer.SetCommand(tr, transfer.Run)
 	})
-	d := n.start("--locking=fcntl", "--fcntl-settle=30ms", "--sync-interval=200ms")
+	d := n.start("--locking=fcntl", "--sync-interval=200ms")
 	n.waitFor("STATE recorded", settle, func(v transfer.View) bool { return v.State != "" })
+	busyLoops(t, busy)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), scr12Env+"="+n.transfer, scr12CycleEnv+"="+strconv.Itoa(cycles),

@@ -1,0 +1,171 @@
+package hashfile
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestSettleDecideAt: the settling policy at fixed times, for the default
+// settle time of 100 ms (window 20 ms, idle 300 ms, bound 1 s), following
+// SCR 1.2's accesses: a write (t0), at once a read, then the application
+// computes or the library polls every 10 s.
+func TestSettleDecideAt(t *testing.T) {
+	p := newSettlePolicy(100 * time.Millisecond)
+	if p.settle != 100*time.Millisecond || p.window != 20*time.Millisecond || p.idle != 300*time.Millisecond || p.bound != time.Second {
+		t.Fatalf("policy %+v", p)
+	}
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	const lock, look = "lock", "wait"
+	for _, tc := range []struct {
+		name    string
+		now     time.Time
+		in      settleInput
+		want    string
+		starved bool
+	}{
+		{"nothing of the library seen", ms(0), settleInput{waiting: ms(0)}, lock, false},
+		{"just after its write, its read not seen", ms(10), settleInput{changed: ms(0), waiting: ms(5)}, look, false},
+		{"its read seen to end: the quiet that follows", ms(6), settleInput{changed: ms(0), readAfter: true, ended: ms(5), active: ms(5), watching: true, waiting: ms(2)}, lock, false},
+		{"its read under way", ms(6), settleInput{changed: ms(0), open: true, active: ms(6), waiting: ms(2)}, look, false},
+		{"unwatched: settle after the write", ms(100), settleInput{changed: ms(0), waiting: ms(2)}, lock, false},
+		{"unwatched: window after the settle", ms(120), settleInput{changed: ms(0), waiting: ms(2)}, lock, false},
+		{"watched, its read ended unseen: no window", ms(100), settleInput{changed: ms(0), active: ms(1), watching: true, waiting: ms(1)}, look, false},
+		{"watched, its read ended unseen: idle", ms(301), settleInput{changed: ms(0), active: ms(1), watching: true, waiting: ms(1)}, lock, false},
+		{"watched, no read: not before the settle", ms(60), settleInput{changed: ms(0), active: ms(1), watching: true, waiting: ms(1), deadline: ms(300)}, look, false},
+		{"after the window, the library may be back", ms(150), settleInput{changed: ms(0), waiting: ms(140)}, look, false},
+		{"after the window of its read", ms(50), settleInput{changed: ms(0), readAfter: true, ended: ms(5), active: ms(5), watching: true, waiting: ms(40)}, look, false},
+		{"a flush's first commit, 0.65 s after RUN", ms(650), settleInput{changed: ms(0), readAfter: true, ended: ms(5), active: ms(5), watching: true, waiting: ms(650)}, lock, false},
+		{"idle without inotify", ms(400), settleInput{changed: ms(0), waiting: ms(400)}, lock, false},
+		{"idle, but an access under way", ms(400), settleInput{changed: ms(0), open: true, active: ms(400), waiting: ms(390)}, look, false},
+		{"a poll's read ended at an unknown moment: no window", ms(10060), settleInput{changed: ms(0), readAfter: true, ended: ms(5), active: ms(10050), watching: true, waiting: ms(10060)}, look, false},
+		{"a poll's read seen to end", ms(10052), settleInput{changed: ms(0), readAfter: true, ended: ms(10050), active: ms(10050), watching: true, waiting: ms(10040)}, lock, false},
+		{"a library writing every 30 ms, within the bound", ms(990), settleInput{changed: ms(960), waiting: ms(0)}, look, false},
+		{"a library writing every 30 ms, at the bound", ms(1000), settleInput{changed: ms(990), waiting: ms(0)}, lock, true},
+		{"a deadline: no window or idleness waited for", ms(150), settleInput{changed: ms(0), waiting: ms(140), deadline: ms(450)}, lock, false},
+		{"a deadline: the settle still waited for", ms(20), settleInput{changed: ms(0), waiting: ms(10), deadline: ms(310)}, look, false},
+		{"a deadline near: lock anyway", ms(280), settleInput{changed: ms(250), waiting: ms(10), deadline: ms(310)}, lock, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := p.decideAt(tc.now, tc.in)
+			got := lock
+			if d.wait > 0 {
+				got = look
+			}
+			if got != tc.want || d.starved != tc.starved {
+				t.Fatalf("decideAt = %+v, want %s (starved %v)", d, tc.want, tc.starved)
+			}
+			if d.wait > settlePoll {
+				t.Fatalf("waits %v before looking again, more than %v", d.wait, settlePoll)
+			}
+		})
+	}
+}
+
+// TestSettleEndsAtTheLibrarysRead: after a change of the library, an
+// access waits for the library's read that follows, seen as it happens,
+// not for the whole settle time; without that read it waits the settle
+// time.
+func TestSettleEndsAtTheLibrarysRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	lib := NewStore(path, Fcntl)
+	d := NewStore(path, Fcntl)
+	const settle = 500 * time.Millisecond
+	d.Settle(time.Millisecond)
+	if _, _, err := d.Update(growBy(1)); err != nil { // the file made, the watch begun
+		t.Fatal(err)
+	}
+	d.Settle(settle)
+	for i, read := range []bool{true, false} {
+		if _, _, err := lib.Update(growBy(i + 2)); err != nil {
+			t.Fatal(err)
+		}
+		wrote := time.Now()
+		done := make(chan time.Time, 1)
+		go func() {
+			_, _, err := d.UpdateContext(context.Background(), func(tr *Tree) error {
+				tr.SetValue("DAEMON", strconv.Itoa(i))
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- time.Now()
+		}()
+		var readAt time.Time
+		if read {
+			// The library's read comes once the access is waiting.
+			time.Sleep(50 * time.Millisecond) // the library's work between its write and its read, not a wait for a condition
+			if _, err := lib.Read(); err != nil {
+				t.Fatal(err)
+			}
+			readAt = time.Now()
+		}
+		at := <-done
+		t.Logf("read %v: locked %v after the library's write", read, at.Sub(wrote))
+		if read {
+			if at.Before(readAt) {
+				t.Fatalf("locked %v after the write, before the library's read", at.Sub(wrote))
+			}
+			if at.Sub(wrote) >= settle {
+				t.Fatalf("locked %v after the write, %v after the library's read: the read was not seen", at.Sub(wrote), at.Sub(readAt))
+			}
+		} else if at.Sub(wrote) < settle {
+			t.Fatalf("locked %v after the write with no read seen, want the settle time %v", at.Sub(wrote), settle)
+		}
+	}
+}
+
+// TestSettleStarved: a library that changes the file without pause does
+// not hold an access back beyond the bound; the hook is told when an access
+// goes ahead without quiet, and again when one finds quiet.
+func TestSettleStarved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	lib := NewStore(path, Fcntl)
+	d := NewStore(path, Fcntl)
+	d.Settle(200 * time.Millisecond) // bound 2 s
+	reports := make(chan time.Time, 4)
+	d.OnSettleWait(func(since time.Time) { reports <- since })
+	if _, _, err := lib.Update(growBy(1)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	writing := make(chan struct{})
+	go func() {
+		defer close(writing)
+		for i := 0; ctx.Err() == nil; i++ {
+			if _, _, err := lib.Update(func(tr *Tree) error { tr.SetValue("LIBSEQ", strconv.Itoa(i)); return nil }); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(30 * time.Millisecond) // the library's pace, not a wait for a condition
+		}
+	}()
+	began := time.Now()
+	if _, _, err := d.Update(func(tr *Tree) error { tr.SetValue("STATE", "STOPPED"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	stop()
+	<-writing
+	if took < 2*time.Second || took > 10*time.Second {
+		t.Fatalf("a starved access took %v, want the bound of 2 s (and not much more)", took)
+	}
+	select {
+	case since := <-reports:
+		if since.IsZero() || since.Before(began) {
+			t.Fatalf("starved wait reported since %v, began %v", since, began)
+		}
+	default:
+		t.Fatal("the starved wait was not reported")
+	}
+	if _, _, err := d.Update(growBy(3)); err != nil { // the library now quiet
+		t.Fatal(err)
+	}
+	if end := <-reports; !end.IsZero() {
+		t.Fatalf("quiet found again reported as %v, want the zero time", end)
+	}
+}
