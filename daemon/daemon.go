@@ -1117,6 +1117,9 @@ func (d *daemon) settleWait(since time.Time) {
 	}
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
+	if d.lastShown.State == "" {
+		return // the first snapshot, READY=1, waits for the first STATE recorded; it carries this
+	}
 	s := d.lastShown
 	s.NoQuietSince = d.noQuietSince()
 	if s != d.lastShown {

@@ -48,7 +48,7 @@ func newSettlePolicy(d time.Duration) settlePolicy {
 	return settlePolicy{
 		settle: d,
 		window: d / 5,
-		idle:   3 * d,
+		idle:   2 * d,
 		bound:  max(10*d, time.Second),
 	}
 }
@@ -137,6 +137,11 @@ func later(a, b time.Time) time.Time {
 // settlePoll is how often a waiting access looks at the file again.
 const settlePoll = 2 * time.Millisecond
 
+// witnessed is the longest gap between two looks over which the end of
+// another process's access still counts as seen when it happened (a
+// loaded machine makes the looks late).
+const witnessed = 50 * time.Millisecond
+
 // settler is the settling state of a Store; the Store's semaphore guards
 // it.
 type settler struct {
@@ -154,15 +159,18 @@ type settler struct {
 	lastStarve bool
 	watch      *accessWatch // the library's accesses, seen with inotify; nil if unavailable
 	watchTried bool
-	cur        *os.File  // the Store's open file, nil if none
-	since      time.Time // when the access under way began to wait; zero between accesses
+	cur        *os.File // the Store's open file, nil if none
+	// openedAtOwn is the watch's count of others' opens when the Store
+	// last wrote the file or looked at its content.
+	openedAtOwn uint64
+	since       time.Time // when the access under way began to wait; zero between accesses
 }
 
 // Settle makes every later access wait for the library's quiet before it
 // takes the lock (see the comment at the head of settle.go); zero
 // disables settling. With settle time d an access waits, after a change
 // the Store did not make, for the library's read that follows, at most d;
-// a library seen within 3d is met only within d/5 of the end of one of
+// a library seen within 2d is met only within d/5 of the end of one of
 // its bursts; no access waits longer than max(10d, 1 s) for quiet. A new
 // settle time keeps what was seen of the file and of the library.
 func (s *Store) Settle(d time.Duration) {
@@ -211,7 +219,7 @@ func (s *Store) waitSettled(ctx context.Context) error {
 	var t *time.Timer
 	for {
 		now := time.Now()
-		in := st.observe(s.path, now)
+		in := st.observe(s.path, now, s.unchanged)
 		in.waiting, in.deadline = since, deadline
 		d := st.policy.decideAt(now, in)
 		if d.wait <= 0 {
@@ -251,12 +259,15 @@ func (st *settler) decided(starved bool, since time.Time) {
 // last look, and returns what a decision is made from. The file is looked
 // at first: an access of the library that began before its change was
 // seen is then among the events read after, and is not taken for the read
-// that follows the change.
-func (st *settler) observe(path string, now time.Time) settleInput {
+// that follows the change. unchanged tells whether the file still holds
+// the image the Store last wrote: a change made within the same tick of
+// the kernel's clock as the Store's own write leaves the same change time.
+func (st *settler) observe(path string, now time.Time, unchanged func() bool) settleInput {
 	var fst unix.Stat_t
 	changedNow := false
+	var sig fileSig
 	if err := unix.Stat(path, &fst); err == nil {
-		if sig := sigOf(&fst); sig != st.own && sig != st.foreign {
+		if sig = sigOf(&fst); sig != st.own && sig != st.foreign {
 			// A change time ahead of this clock (a file server's clock
 			// running ahead) counts as now, so skew cannot stall access.
 			at := time.Unix(fst.Ctim.Unix())
@@ -273,6 +284,15 @@ func (st *settler) observe(path string, now time.Time) settleInput {
 	if w := st.watch; w != nil && w.wd >= 0 {
 		in.watching = true
 		w.read(now)
+		if !changedNow && sig == st.own && w.opened > st.openedAtOwn {
+			// Another process opened the file since the Store's write, and
+			// the change time is the Store's: the content tells.
+			st.openedAtOwn = w.opened
+			if !unchanged() {
+				st.own, st.foreign, st.changed, changedNow = fileSig{}, sig, now, true
+				in.changed = now
+			}
+		}
 		if changedNow {
 			w.opensAtChange = w.opened
 		}
@@ -292,6 +312,9 @@ func (s *Store) remember(f *os.File) {
 	var st unix.Stat_t
 	if unix.Fstat(int(f.Fd()), &st) == nil {
 		s.settle.own = sigOf(&st)
+	}
+	if s.settle.watch != nil {
+		s.settle.openedAtOwn = s.settle.watch.opened
 	}
 }
 
@@ -435,9 +458,9 @@ func (w *accessWatch) ownClosing(f *os.File) {
 }
 
 // read takes in the events queued since the last look, at now. An access
-// of another process that ended since is dated now if the last look was a
-// moment ago (a waiting access looks every settlePoll); otherwise it ended
-// at an unknown moment before now, which only moves active.
+// of another process that ended since is dated at the last look if that
+// was a moment ago (a waiting access looks every settlePoll); otherwise it
+// ended at an unknown moment before now, which only moves active.
 func (w *accessWatch) read(now time.Time) {
 	opens, closes := 0, 0
 	for {
@@ -454,11 +477,14 @@ func (w *accessWatch) read(now time.Time) {
 	w.ownOpens, w.ownCloses = 0, 0
 	w.opened += uint64(fo)
 	w.open = max(w.open+fo-fc, 0)
-	if fo > 0 || fc > 0 || w.open > 0 {
+	switch {
+	case fc > 0 && w.open == 0 && !w.looked.IsZero() && now.Sub(w.looked) <= witnessed:
+		// Seen while an access waits, looking every settlePoll: the end
+		// came after the last look, which is taken as its time (the
+		// window after it is then the shorter).
+		w.ended, w.active = w.looked, w.looked
+	case fo > 0 || fc > 0 || w.open > 0:
 		w.active = now
-	}
-	if fc > 0 && w.open == 0 && !w.looked.IsZero() && now.Sub(w.looked) <= 5*settlePoll {
-		w.ended = now
 	}
 	w.looked = now
 }

@@ -9,12 +9,12 @@ import (
 )
 
 // TestSettleDecideAt: the settling policy at fixed times, for the default
-// settle time of 100 ms (window 20 ms, idle 300 ms, bound 1 s), following
+// settle time of 100 ms (window 20 ms, idle 200 ms, bound 1 s), following
 // SCR 1.2's accesses: a write (t0), at once a read, then the application
 // computes or the library polls every 10 s.
 func TestSettleDecideAt(t *testing.T) {
 	p := newSettlePolicy(100 * time.Millisecond)
-	if p.settle != 100*time.Millisecond || p.window != 20*time.Millisecond || p.idle != 300*time.Millisecond || p.bound != time.Second {
+	if p.settle != 100*time.Millisecond || p.window != 20*time.Millisecond || p.idle != 200*time.Millisecond || p.bound != time.Second {
 		t.Fatalf("policy %+v", p)
 	}
 	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
@@ -34,12 +34,12 @@ func TestSettleDecideAt(t *testing.T) {
 		{"unwatched: settle after the write", ms(100), settleInput{changed: ms(0), waiting: ms(2)}, lock, false},
 		{"unwatched: window after the settle", ms(120), settleInput{changed: ms(0), waiting: ms(2)}, lock, false},
 		{"watched, its read ended unseen: no window", ms(100), settleInput{changed: ms(0), active: ms(1), watching: true, waiting: ms(1)}, look, false},
-		{"watched, its read ended unseen: idle", ms(301), settleInput{changed: ms(0), active: ms(1), watching: true, waiting: ms(1)}, lock, false},
+		{"watched, its read ended unseen: idle", ms(201), settleInput{changed: ms(0), active: ms(1), watching: true, waiting: ms(1)}, lock, false},
 		{"watched, no read: not before the settle", ms(60), settleInput{changed: ms(0), active: ms(1), watching: true, waiting: ms(1), deadline: ms(300)}, look, false},
 		{"after the window, the library may be back", ms(150), settleInput{changed: ms(0), waiting: ms(140)}, look, false},
 		{"after the window of its read", ms(50), settleInput{changed: ms(0), readAfter: true, ended: ms(5), active: ms(5), watching: true, waiting: ms(40)}, look, false},
 		{"a flush's first commit, 0.65 s after RUN", ms(650), settleInput{changed: ms(0), readAfter: true, ended: ms(5), active: ms(5), watching: true, waiting: ms(650)}, lock, false},
-		{"idle without inotify", ms(400), settleInput{changed: ms(0), waiting: ms(400)}, lock, false},
+		{"idle without inotify", ms(300), settleInput{changed: ms(0), waiting: ms(400)}, lock, false},
 		{"idle, but an access under way", ms(400), settleInput{changed: ms(0), open: true, active: ms(400), waiting: ms(390)}, look, false},
 		{"a poll's read ended at an unknown moment: no window", ms(10060), settleInput{changed: ms(0), readAfter: true, ended: ms(5), active: ms(10050), watching: true, waiting: ms(10060)}, look, false},
 		{"a poll's read seen to end", ms(10052), settleInput{changed: ms(0), readAfter: true, ended: ms(10050), active: ms(10050), watching: true, waiting: ms(10040)}, lock, false},

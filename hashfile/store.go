@@ -282,6 +282,11 @@ func (s *Store) keep(t *Tree) {
 func (s *Store) Unchanged() bool {
 	s.sem <- struct{}{}
 	defer s.release()
+	return s.unchanged()
+}
+
+// unchanged is Unchanged, for a caller holding the Store.
+func (s *Store) unchanged() bool {
 	if s.tree == nil {
 		return false
 	}

@@ -1,14 +1,17 @@
 package test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -260,4 +263,109 @@ func scr12Run(t *testing.T, cycles, busy int) {
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
 	v := n.waitFor("DONE", settle, done)
 	checkFlushed(t, v, srcs)
+}
+
+// scr12Access makes one access of the transfer file as SCR 1.2 built with
+// fcntl locking does (open O_RDWR|O_CREAT, F_SETLK F_WRLCK without
+// waiting), applying edit and rewriting the file if edit is not nil; it
+// fails the test if the lock is held.
+func scr12Access(t *testing.T, path string, edit func(*hashfile.Tree)) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	must(t, err)
+	defer f.Close()
+	if err := setlk(f, unix.F_WRLCK); err != nil {
+		t.Fatalf("the library's lock: %v: SCR 1.2 would have hung", err)
+	}
+	img, err := io.ReadAll(f)
+	must(t, err)
+	tr, err := hashfile.Decode(img)
+	must(t, err)
+	if edit == nil {
+		return
+	}
+	edit(tr)
+	out := hashfile.Encode(tr)
+	_, err = f.WriteAt(out, 0)
+	must(t, err)
+	must(t, f.Truncate(int64(len(out))))
+}
+
+// TestFcntlSIGTERMAfterTheLibrarysWrite: a SIGTERM at any moment after the
+// library's write and read (a checkpoint's flush start and its test) is
+// answered within a second, with STATE EXITING recorded and no ERROR
+// logged. The settling used to make the shutdown wait for 50 settle times
+// of quiet, beyond its bound: "ERROR exiting without recording STATE
+// EXITING … context deadline exceeded".
+func TestFcntlSIGTERMAfterTheLibrarysWrite(t *testing.T) {
+	for _, after := range []time.Duration{0, 50 * time.Millisecond, 250 * time.Millisecond, time.Second} {
+		t.Run(after.String(), func(t *testing.T) {
+			n := newNode(t)
+			n.store = hashfile.NewStore(n.transfer, hashfile.Fcntl)
+			d := n.startEnv(nil, "--locking=fcntl")
+			n.waitFor("STATE STOPPED", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
+			scr12Access(t, n.transfer, func(tr *hashfile.Tree) { transfer.SetBW(tr, 1e6) })
+			scr12Access(t, n.transfer, nil)
+			time.Sleep(after) // the moment of the signal, not a wait for a condition
+			terminate(t, d, nil)
+			if log := d.log.String(); strings.Contains(log, "ERROR") {
+				t.Fatalf("an ordinary SIGTERM logged an ERROR:\n%s", log)
+			}
+			if v := n.view(); v.State != transfer.Exiting {
+				t.Fatalf("STATE %q after SIGTERM, want EXITING", v.State)
+			}
+		})
+	}
+}
+
+// TestFcntlStarvedByTheLibrary: a library that rewrites the transfer file
+// every 30 ms never leaves it the quiet settling waits for. The daemon
+// still records its STATE within the settling bound, says so in its log
+// and in STATUS=, sends READY=1, and says when the library is quiet again.
+// It used to wait for as long as the library wrote: nothing recorded, no
+// READY=1.
+func TestFcntlStarvedByTheLibrary(t *testing.T) {
+	n := newNode(t)
+	n.store = hashfile.NewStore(n.transfer, hashfile.Fcntl)
+	n.library(func(tr *hashfile.Tree) { tr.SetValue("LIBSEQ", "0") })
+	ctx, stop := context.WithCancel(context.Background())
+	writing := make(chan error, 1)
+	go func() {
+		for i := 1; ctx.Err() == nil; i++ {
+			if _, _, err := n.store.Update(func(tr *hashfile.Tree) error {
+				tr.SetValue("LIBSEQ", strconv.Itoa(i))
+				return nil
+			}); err != nil {
+				writing <- err
+				return
+			}
+			time.Sleep(30 * time.Millisecond) // the library's pace, not a wait for a condition
+		}
+		writing <- nil
+	}()
+	var once sync.Once
+	stopWriting := func() {
+		once.Do(func() {
+			stop()
+			must(t, <-writing)
+		})
+	}
+	t.Cleanup(stopWriting)
+
+	sock := filepath.Join(n.root, "notify.sock")
+	notes := notifySocket(t, sock)
+	d := n.startEnv([]string{"NOTIFY_SOCKET=" + sock}, "--locking=fcntl")
+	awaitNote(t, notes, "READY=1", func(m string) bool { return m == "READY=1" })
+	status := awaitNote(t, notes, "STATUS= saying the library leaves no quiet moment", func(m string) bool {
+		return strings.Contains(m, "no quiet moment since")
+	})
+	t.Logf("%s", status)
+	d.waitLog("the library left the transfer file no quiet moment", settle)
+	if v := n.view(); v.State != transfer.Stopped {
+		t.Fatalf("STATE %q while the library writes every 30 ms, want STOPPED recorded", v.State)
+	}
+	stopWriting()
+	n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Run) }) // a change to look at
+	d.waitLog("the library leaves the transfer file quiet moments again", settle)
+	terminate(t, d, nil)
 }
