@@ -60,9 +60,11 @@ func (b *bench) scrPeer() error {
 		{"scr_transfer (FCNTL build, SCR_TRANSFER_SECS=1)", hashfile.Fcntl, peer(b.c.scrFcntl)},
 	}
 	const limited, bw int64 = 32 << 20, 50 << 20
-	src := filepath.Join(b.cache, "scr.ckpt")
-	if err := makeFile(src, max(limited, b.c.scrSize)); err != nil {
-		return err
+	srcs := []string{filepath.Join(b.cache, "scr-limited.ckpt"), filepath.Join(b.cache, "scr-unlimited.ckpt")}
+	for k, sz := range []int64{limited, b.c.scrSize} {
+		if err := makeFile(srcs[k], sz); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("## SCR 1.2.2's scr_transfer beside the daemon\n\n")
 	fmt.Printf("%d MiB at BW %d MiB/s, then %d MiB unlimited; median of %d runs each, interleaved; "+
@@ -78,7 +80,7 @@ func (b *bench) scrPeer() error {
 				if k == 1 {
 					lim = 0
 				}
-				r, err := b.scrFlush(c, src, sz, lim)
+				r, err := b.scrFlush(c, srcs[k], sz, lim)
 				if err != nil {
 					return fmt.Errorf("%s: %w", c.name, err)
 				}
@@ -201,8 +203,16 @@ func watchTransfer(path string, timeout time.Duration, cond func(transfer.View) 
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if raw, err := os.ReadFile(path); err == nil {
-			if t, err := hashfile.Decode(raw); err == nil && cond(transfer.Read(t)) {
-				return time.Now(), nil
+			if t, err := hashfile.Decode(raw); err == nil {
+				v := transfer.Read(t)
+				for _, f := range v.Files {
+					if f.Error != "" {
+						return time.Time{}, fmt.Errorf("%s: %s", f.Src, f.Error)
+					}
+				}
+				if cond(v) {
+					return time.Now(), nil
+				}
 			}
 		}
 		time.Sleep(time.Millisecond)
