@@ -163,7 +163,7 @@ type settler struct {
 	// openedAtOwn is the watch's count of others' opens when the Store
 	// last wrote the file or looked at its content.
 	openedAtOwn uint64
-	since       time.Time // when the access under way began to wait; zero between accesses
+	since       time.Time // when the access under way began to wait
 }
 
 // Settle makes every later access wait for the library's quiet before it
@@ -201,7 +201,8 @@ func (s *Store) OnSettleWait(fn func(since time.Time)) {
 }
 
 // waitSettled waits for the library's quiet (see Settle). The bound
-// counts from the access's first wait: the lock's retries wait again.
+// counts from the access's first wait: the lock's retries, made with the
+// access's file open, wait again.
 func (s *Store) waitSettled(ctx context.Context) error {
 	st := s.settle
 	if st == nil {
@@ -211,8 +212,8 @@ func (s *Store) waitSettled(ctx context.Context) error {
 		st.watchTried = true
 		st.watch = newAccessWatch()
 	}
-	if st.since.IsZero() {
-		st.since = time.Now()
+	if st.cur == nil || st.since.IsZero() {
+		st.since = time.Now() // the access's first wait, before it opens the file
 	}
 	since := st.since
 	deadline, _ := ctx.Deadline()
@@ -234,7 +235,6 @@ func (s *Store) waitSettled(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			st.since = time.Time{}
 			return fmt.Errorf("%s: %w", s.path, context.Cause(ctx))
 		case <-t.C:
 		}
@@ -284,9 +284,11 @@ func (st *settler) observe(path string, now time.Time, unchanged func() bool) se
 	if w := st.watch; w != nil && w.wd >= 0 {
 		in.watching = true
 		w.read(now)
-		if !changedNow && sig == st.own && w.opened > st.openedAtOwn {
+		if !changedNow && sig == st.own && w.opened > st.openedAtOwn && st.cur == nil {
 			// Another process opened the file since the Store's write, and
-			// the change time is the Store's: the content tells.
+			// the change time is the Store's: the content tells. Not while
+			// the access has the file open (a lock retry): the lock taken
+			// checks the change time again.
 			st.openedAtOwn = w.opened
 			if !unchanged() {
 				st.own, st.foreign, st.changed, changedNow = fileSig{}, sig, now, true
@@ -332,7 +334,9 @@ func (s *Store) opened(f *os.File) {
 // closeFile closes f, which the Store opened, and tells the settling state.
 func (s *Store) closeFile(f *os.File) {
 	if s.settle != nil {
-		s.settle.cur, s.settle.since = nil, time.Time{}
+		if s.settle.cur == f {
+			s.settle.cur = nil
+		}
 		if s.settle.watch != nil {
 			s.settle.watch.ownClosing(f)
 		}
