@@ -2,10 +2,13 @@ package hashfile
 
 import (
 	"context"
+	"encoding/binary"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestSettleDecideAt: the settling policy at fixed times, for the default
@@ -186,5 +189,60 @@ func TestSettleStarved(t *testing.T) {
 	}
 	if end := <-reports; !end.IsZero() {
 		t.Fatalf("quiet found again reported as %v, want the zero time", end)
+	}
+}
+
+// FuzzAccessWatchParse: the decoder of inotify's event records never
+// panics, never reads past its input, and counts at most one open or
+// close per whole record.
+func FuzzAccessWatchParse(f *testing.F) {
+	ev := func(wd int32, mask uint32, name string) []byte {
+		b := make([]byte, unix.SizeofInotifyEvent+len(name))
+		binary.NativeEndian.PutUint32(b[0:], uint32(wd))
+		binary.NativeEndian.PutUint32(b[4:], mask)
+		binary.NativeEndian.PutUint32(b[12:], uint32(len(name)))
+		copy(b[unix.SizeofInotifyEvent:], name)
+		return b
+	}
+	f.Add(append(ev(1, unix.IN_OPEN, ""), ev(1, unix.IN_CLOSE_WRITE, "")...))
+	f.Add(append(ev(2, unix.IN_OPEN, "x\x00\x00\x00"), ev(1, unix.IN_Q_OVERFLOW, "")...))
+	f.Add(ev(1, unix.IN_CLOSE_NOWRITE, "")[:10])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		w := &accessWatch{wd: 1, open: 3}
+		opens, closes := w.parse(b)
+		if opens < 0 || closes < 0 || opens+closes > len(b)/unix.SizeofInotifyEvent {
+			t.Fatalf("%d opens and %d closes in %d bytes", opens, closes, len(b))
+		}
+	})
+}
+
+// TestAccessWatchParse: opens and closes of the watched inode are counted,
+// other watches' events are not, and an overflow forgets what is under way.
+func TestAccessWatchParse(t *testing.T) {
+	ev := func(wd int32, mask uint32, name string) []byte {
+		b := make([]byte, unix.SizeofInotifyEvent+len(name))
+		binary.NativeEndian.PutUint32(b[0:], uint32(wd))
+		binary.NativeEndian.PutUint32(b[4:], mask)
+		binary.NativeEndian.PutUint32(b[12:], uint32(len(name)))
+		return b
+	}
+	for _, tc := range []struct {
+		name                string
+		b                   []byte
+		opens, closes, open int
+	}{
+		{"open and close", append(ev(1, unix.IN_OPEN, ""), ev(1, unix.IN_CLOSE_WRITE, "")...), 1, 1, 3},
+		{"read-only close", ev(1, unix.IN_CLOSE_NOWRITE, ""), 0, 1, 3},
+		{"another watch", ev(2, unix.IN_OPEN, "name"), 0, 0, 3},
+		{"overflow", ev(-1, unix.IN_Q_OVERFLOW, ""), 0, 0, 0},
+		{"a record cut short", ev(1, unix.IN_OPEN, "name")[:unix.SizeofInotifyEvent+2], 0, 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &accessWatch{wd: 1, open: 3}
+			opens, closes := w.parse(tc.b)
+			if opens != tc.opens || closes != tc.closes || w.open != tc.open {
+				t.Fatalf("opens %d closes %d open %d, want %d %d %d", opens, closes, w.open, tc.opens, tc.closes, tc.open)
+			}
+		})
 	}
 }
