@@ -147,6 +147,11 @@ func (b *bench) scrFlush(c scrContender, src string, size int64, bw float64) (sc
 	if _, err := watchTransfer(tf, time.Minute, func(v transfer.View) bool { return v.State != "" }); err != nil {
 		return scrResult{}, fmt.Errorf("no STATE recorded: %w", err)
 	}
+	// The STATE is seen without the lock, maybe before the contender has
+	// let it go; the library (SCR_Init) sees it under its lock.
+	if err := waitUnlocked(tf, c.locking); err != nil {
+		return scrResult{}, err
+	}
 	var r scrResult
 	start := time.Now()
 	// The library's update that starts the flush, then its test at once.
@@ -178,6 +183,29 @@ func (b *bench) scrFlush(c scrContender, src string, size int64, bw float64) (sc
 	}
 	r.complete = at.Sub(start)
 	return r, checkCopy(src, dest, size)
+}
+
+// waitUnlocked waits until no process holds a lock of the file (F_GETLK;
+// flock needs no wait: the library's flock waits).
+func waitUnlocked(path string, locking hashfile.Locking) error {
+	if locking == hashfile.Flock {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart}
+		if err := unix.FcntlFlock(f.Fd(), unix.F_GETLK, &lk); err != nil {
+			return err
+		}
+		if lk.Type == unix.F_UNLCK {
+			return nil
+		}
+	}
+	return errors.New("the transfer file stayed locked for a minute")
 }
 
 // checkCopy compares the first size bytes of src with dest.
