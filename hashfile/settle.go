@@ -40,7 +40,7 @@ type settlePolicy struct {
 	settle time.Duration // longest wait after the library's change for its read that follows
 	window time.Duration // after a burst of the library seen to end, how long its quiet is taken as certain
 	idle   time.Duration // a library not seen for this long is idle: no window is waited for
-	bound  time.Duration // longest wait for quiet; then the access goes ahead, reported
+	bound  time.Duration // longest wait for quiet (see decideAt); then the access goes ahead, reported
 }
 
 // newSettlePolicy returns the policy for a settle time d (see Settle).
@@ -117,7 +117,10 @@ func (p settlePolicy) decideAt(now time.Time, in settleInput) settleDecision {
 			return settleDecision{}
 		}
 	}
-	if now.Sub(in.waiting) >= p.bound {
+	// Past the bound, the access goes ahead without a window or
+	// idleness, still outside the library's access and its write's settle
+	// when it can; past twice the bound, whatever the library does.
+	if waited := now.Sub(in.waiting); waited >= 2*p.bound || ready && waited >= p.bound {
 		return settleDecision{starved: true}
 	}
 	if !in.deadline.IsZero() && !now.Before(in.deadline.Add(-deadlineMargin)) {
@@ -171,7 +174,9 @@ type settler struct {
 // disables settling. With settle time d an access waits, after a change
 // the Store did not make, for the library's read that follows, at most d;
 // a library seen within 2d is met only within d/5 of the end of one of
-// its bursts; no access waits longer than max(10d, 1 s) for quiet. A new
+// its bursts; past max(10d, 1 s) without quiet an access goes ahead as
+// soon as the library has no access under way and its last change is d
+// old, and past twice that whatever the library does. A new
 // settle time keeps what was seen of the file and of the library.
 func (s *Store) Settle(d time.Duration) {
 	s.sem <- struct{}{}
