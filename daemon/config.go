@@ -98,11 +98,11 @@ type Config struct {
 	// reads and writes to these directory prefixes.
 	AllowSrc, AllowDest []string
 
-	// FcntlSettle is, with fcntl locking, how long the transfer file must
-	// go without a change the daemon did not make before the daemon takes
-	// its lock: SCR up to 1.2 takes its fcntl lock with F_SETLK, without
-	// waiting, and fails outright when the daemon holds it right after the
-	// library's own write.
+	// FcntlSettle is, with fcntl locking, the longest wait after a change
+	// the daemon did not make for the library's read that follows, before
+	// the daemon takes the lock (hashfile.Store.Settle): SCR up to 1.2 takes
+	// its fcntl lock with F_SETLK, without waiting, and fails outright when
+	// the daemon holds it.
 	FcntlSettle time.Duration
 
 	// CreateDir creates the transfer file's directory (0700) when it does
@@ -145,6 +145,7 @@ type Status struct {
 	LockWaitSince  time.Time // since when the daemon waits for the transfer-file lock; zero if it does not
 	BWLimit        float64   // BW in force (transfer.ReadLimits, the last good value of an unusable one); 0: none
 	PercentLimit   float64   // PERCENT in force; 0 or 100: none
+	NoQuietSince   time.Time // fcntl locking: since when the library leaves the transfer file no quiet moment; zero if it does
 }
 
 // DefaultStreams is Config.Streams when unset.

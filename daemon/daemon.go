@@ -39,28 +39,29 @@ type daemon struct {
 	copiers  []*flush.Copier // one per stream of a batch; copiers[0] is copier
 	bufs     cache.Buffers   // lent to the checks of --verify=before
 
-	ctx       context.Context // the run's: cancelled by a signal
-	state     transfer.State  // as recorded in the file
-	view      transfer.View   // last good view of the file
-	fileErr   string          // last problem with the transfer file (fileErrKey), logged once
-	fileWrite bool            // fileErr is a failed rewrite: cleared only by a write that succeeds
-	fileRetry retry           // when to try the transfer file again while fileErr is set
-	wroteOK   atomic.Bool     // a commit rewrote the transfer file (worker, read by the loop)
-	lockSince atomic.Int64    // unix ns since when an access waits for the transfer-file lock; 0 if none
-	statusMu  sync.Mutex      // guards lastShown: the lock-wait hook reports from either goroutine
-	problems  map[string]bool
-	stale     map[string]bool        // partial copies to remove (litter.go)
-	published map[string]*unrecorded // by source path: published, not recorded (unrecorded.go)
-	swept     bool                   // leftover partial copies looked for at start
-	warned    map[string]string      // WARNING last logged, by source path
-	retries   map[string]*retry      // by source path
-	job       *job                   // copy under way, nil when idle
-	beat      *Heartbeat
-	results   chan result
-	lastOK    time.Time
-	lastShown Status
-	copied    atomic.Int64 // bytes made durable by this process, for metrics
-	meter     *rate.Meter  // the rate of copied while copying; nil while idle
+	ctx        context.Context // the run's: cancelled by a signal
+	state      transfer.State  // as recorded in the file
+	view       transfer.View   // last good view of the file
+	fileErr    string          // last problem with the transfer file (fileErrKey), logged once
+	fileWrite  bool            // fileErr is a failed rewrite: cleared only by a write that succeeds
+	fileRetry  retry           // when to try the transfer file again while fileErr is set
+	wroteOK    atomic.Bool     // a commit rewrote the transfer file (worker, read by the loop)
+	lockSince  atomic.Int64    // unix ns since when an access waits for the transfer-file lock; 0 if none
+	quietSince atomic.Int64    // unix ns since when the library leaves the file no quiet moment (settleWait); 0 if it does
+	statusMu   sync.Mutex      // guards lastShown: the lock-wait hook reports from either goroutine
+	problems   map[string]bool
+	stale      map[string]bool        // partial copies to remove (litter.go)
+	published  map[string]*unrecorded // by source path: published, not recorded (unrecorded.go)
+	swept      bool                   // leftover partial copies looked for at start
+	warned     map[string]string      // WARNING last logged, by source path
+	retries    map[string]*retry      // by source path
+	job        *job                   // copy under way, nil when idle
+	beat       *Heartbeat
+	results    chan result
+	lastOK     time.Time
+	lastShown  Status
+	copied     atomic.Int64 // bytes made durable by this process, for metrics
+	meter      *rate.Meter  // the rate of copied while copying; nil while idle
 
 	rand         func() float64        // uniform in [0, 1): the jitter of retries
 	limits       *limits               // BW and PERCENT last applied, nil before the first
@@ -217,6 +218,7 @@ func Run(ctx context.Context, cfg Config) error {
 	store.OnLockWait(d.lockWait)
 	if cfg.Locking == hashfile.Fcntl {
 		store.Settle(cfg.FcntlSettle)
+		store.OnSettleWait(d.settleWait)
 	}
 	return d.loop(ctx)
 }
@@ -1084,7 +1086,7 @@ func (d *daemon) report() {
 	if d.cfg.OnStatus == nil {
 		return
 	}
-	s := Status{State: d.state, LastSuccess: d.lastOK, BytesCopied: d.copied.Load(), LockWaitSince: d.lockWaitSince()}
+	s := Status{State: d.state, LastSuccess: d.lastOK, BytesCopied: d.copied.Load(), LockWaitSince: d.lockWaitSince(), NoQuietSince: d.noQuietSince()}
 	size, written := d.view.Totals()
 	if d.job != nil {
 		s.File = d.job.file.Src
@@ -1145,6 +1147,45 @@ func (d *daemon) lockWait(since time.Time) {
 		d.lastShown = s
 		d.cfg.OnStatus(s)
 	}
+}
+
+// settleWait is the transfer file's settling hook (fcntl locking): called
+// from whichever goroutine accessed the file, when an access went ahead
+// although the library left the file no quiet moment for the settling
+// bound (since: when that wait began), and with the zero time when an
+// access finds quiet again. The STATUS= line says so meanwhile.
+func (d *daemon) settleWait(since time.Time) {
+	if since.IsZero() {
+		d.quietSince.Store(0)
+		d.log.Info("the library leaves the transfer file quiet moments again")
+	} else {
+		d.quietSince.Store(since.UnixNano())
+		d.log.Warn("the library left the transfer file no quiet moment: accessing it anyway (SCR <= 1.2 with fcntl locking may fail its lock now)",
+			zap.Time("since", since), zap.Duration("waited", time.Since(since)))
+	}
+	if d.cfg.OnStatus == nil {
+		return
+	}
+	d.statusMu.Lock()
+	defer d.statusMu.Unlock()
+	if d.lastShown.State == "" {
+		return // the first snapshot, READY=1, waits for the first STATE recorded; it carries this
+	}
+	s := d.lastShown
+	s.NoQuietSince = d.noQuietSince()
+	if s != d.lastShown {
+		d.lastShown = s
+		d.cfg.OnStatus(s)
+	}
+}
+
+// noQuietSince is since when the library has left the transfer file no
+// quiet moment, or the zero time.
+func (d *daemon) noQuietSince() time.Time {
+	if ns := d.quietSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // lockWaitSince is since when an access waits for the transfer-file lock,

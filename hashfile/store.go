@@ -84,13 +84,10 @@ type Store struct {
 	// Rewrites).
 	rewrites atomic.Uint64
 
-	guard     func(*unix.Stat_t) error
-	onWait    func(since time.Time)
-	settle    time.Duration
-	own       fileSig     // the file as this Store last wrote it
-	foreign   fileSig     // the last version of the file someone else wrote
-	foreignAt time.Time   // its change time; zero if none seen
-	mode      os.FileMode // of a file the Store creates, before the umask
+	guard  func(*unix.Stat_t) error
+	onWait func(since time.Time)
+	settle *settler    // nil: no settling (settle.go)
+	mode   os.FileMode // of a file the Store creates, before the umask
 
 	jrnl journal // makes a rewrite of several pages whole (see journal.go)
 }
@@ -138,18 +135,6 @@ func lockBackoff(n int) time.Duration {
 	return min(LockRetryMin<<min(n-lockQuickTries, 16), LockRetryMax)
 }
 
-// backoff returns the Store's wait before retry n (from 0) of a lock held
-// by another process: lockBackoff's, without the quick retries while
-// settling (SCR up to 1.2 with fcntl locking), as each attempt may take the
-// lock for an instant, in which the library's own non-blocking attempt
-// fails outright.
-func (s *Store) backoff(n int) time.Duration {
-	if s.settle > 0 {
-		n += lockQuickTries
-	}
-	return lockBackoff(n)
-}
-
 // sleepKernel sleeps for d in nanosleep(2), not on a Go timer (see
 // lockQuick).
 func sleepKernel(d time.Duration) {
@@ -194,25 +179,6 @@ func (s *Store) OnLockWait(fn func(since time.Time)) {
 	s.onWait = fn
 }
 
-// Settle makes every later access wait for a quiet moment of the library
-// before it takes the lock. SCR up to 1.2 built with fcntl locking takes
-// its lock with a non-blocking F_SETLK and fails outright on EAGAIN (it
-// then uses the return code as a file descriptor); it accesses the file in
-// bursts, a write and at once a read, so a process that locks the file
-// right after a change it did not make is exactly in its way.
-//
-// With settle d, an access after a change this Store did not make waits
-// until the file has gone d without one, then takes the lock only while
-// that quiet moment lasts (up to 2d after the change): later, the library
-// may be back at any moment, so the access waits for the library's next
-// change, or for 50d of quiet, when the library is taken to be idle. Zero
-// disables settling.
-func (s *Store) Settle(d time.Duration) {
-	s.sem <- struct{}{}
-	defer func() { <-s.sem }()
-	s.settle = d
-}
-
 // acquire takes the Store for one caller, or fails when ctx is done.
 func (s *Store) acquire(ctx context.Context) error {
 	select {
@@ -242,6 +208,7 @@ func (s *Store) open(flags int) (*os.File, error) {
 		}
 		return nil, err
 	}
+	s.opened(f)
 	if s.guard != nil {
 		var st unix.Stat_t
 		err := unix.Fstat(int(f.Fd()), &st)
@@ -249,67 +216,11 @@ func (s *Store) open(flags int) (*os.File, error) {
 			err = s.guard(&st)
 		}
 		if err != nil {
-			f.Close()
+			s.closeFile(f)
 			return nil, fmt.Errorf("%s: %w", s.path, err)
 		}
 	}
 	return f, nil
-}
-
-// settlePoll is how often an access waiting for the library's next change
-// looks at the file.
-const settlePoll = 2 * time.Millisecond
-
-// waitSettled waits for the quiet moment after the library's last change
-// (see Settle).
-func (s *Store) waitSettled(ctx context.Context) error {
-	if s.settle <= 0 {
-		return nil
-	}
-	for {
-		var st unix.Stat_t
-		if err := unix.Stat(s.path, &st); err != nil {
-			return nil // open reports it
-		}
-		if sig := sigOf(&st); sig != s.own && sig != s.foreign {
-			// A change time ahead of this clock (a file server's clock
-			// running ahead) counts as now, so skew cannot stall access.
-			at := time.Unix(st.Ctim.Unix())
-			if now := time.Now(); at.After(now) {
-				at = now
-			}
-			s.foreign, s.foreignAt = sig, at
-		}
-		if s.foreignAt.IsZero() {
-			return nil
-		}
-		age := time.Since(s.foreignAt)
-		var wait time.Duration
-		switch {
-		case age < s.settle:
-			wait = s.settle - age
-		case age <= 2*s.settle, age >= 50*s.settle:
-			return nil
-		default:
-			wait = min(settlePoll, 50*s.settle-age)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%s: %w", s.path, context.Cause(ctx))
-		case <-t.C:
-		}
-	}
-}
-
-// remember records the file as this Store left it, so that settling does
-// not wait after the Store's own changes.
-func (s *Store) remember(f *os.File) {
-	var st unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &st) == nil {
-		s.own = sigOf(&st)
-	}
 }
 
 // Read returns the file's tree, read under a shared lock. A missing file is
@@ -331,13 +242,13 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 		return nil, err
 	}
 	if err := s.lock(ctx, f, false); err != nil {
-		f.Close()
+		s.closeFile(f)
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
 	s.buf, err = readAll(f, s.buf)
 	s.buf = declared(s.buf)
 	owner := fileOwner(f)
-	f.Close() // releases the lock before decoding
+	s.closeFile(f) // releases the lock before decoding
 	if err != nil {
 		s.tree = nil
 		return nil, fmt.Errorf("%s: read: %w", s.path, err)
@@ -376,6 +287,11 @@ func (s *Store) keep(t *Tree) {
 func (s *Store) Unchanged() bool {
 	s.sem <- struct{}{}
 	defer s.release()
+	return s.unchanged()
+}
+
+// unchanged is Unchanged, for a caller holding the Store.
+func (s *Store) unchanged() bool {
 	if s.tree == nil {
 		return false
 	}
@@ -386,7 +302,7 @@ func (s *Store) Unchanged() bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer s.closeFile(f)
 	// A file of another size holds another image (or one with a stale tail
 	// behind it, see declared, for which false is the safe answer): no
 	// need to read it. The library's update that starts a flush is such a
@@ -450,7 +366,7 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	if err != nil {
 		return nil, false, err
 	}
-	defer f.Close()
+	defer s.closeFile(f)
 	if err := s.lock(ctx, f, true); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", s.path, err)
 	}
@@ -714,7 +630,7 @@ func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
 	if !errors.Is(err, errBusy) {
 		return err
 	}
-	if ctx.Done() == nil && s.onWait == nil && s.settle <= 0 {
+	if ctx.Done() == nil && s.onWait == nil && s.settle == nil {
 		return tryLock(f, s.locking, exclusive, true)
 	}
 	since := time.Now()
@@ -756,30 +672,6 @@ func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
 		}
 	}
 }
-
-// tryLockSettled takes the lock without waiting. When settling, a change
-// someone made between the quiet moment seen and the lock taken (the
-// library's write, its read to follow) makes it let go at once and report
-// the lock busy, so that the caller waits for the next quiet moment.
-func (s *Store) tryLockSettled(f *os.File, exclusive bool) error {
-	if err := tryLock(f, s.locking, exclusive, false); err != nil || s.settle <= 0 {
-		return err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return err
-	}
-	if sig := sigOf(&st); sig == s.own || sig == s.foreign {
-		return nil
-	}
-	if err := unlockAny(f, s.locking); err != nil {
-		return err
-	}
-	return errBusy
-}
-
-// errBusy is a lock another process holds.
-var errBusy = errors.New("lock held by another process")
 
 // tryLock takes the lock, waiting for it if wait is set; without wait a
 // lock held elsewhere is errBusy.

@@ -1,14 +1,18 @@
 package test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +30,12 @@ import (
 // lock attempt that fails. Between its write and its read it works for a
 // few milliseconds, as the library does, which is when a daemon reacting
 // to the write at once takes the lock.
+//
+// Both accesses are SCR 1.2.2's: scr_hash_lock_open_read (the write's
+// first half) and scr_hash_read_with_lock (the read) both go through
+// scr_open_with_lock, open(O_RDWR|O_CREAT) and scr_file_lock_write, an
+// F_WRLCK: the library's read is an exclusive lock too, which a daemon's
+// shared lock makes fail as surely as an exclusive one.
 const (
 	scr12Env      = "SCR_TEST_SCR12_CLIENT" // the transfer file
 	scr12CycleEnv = "SCR_TEST_SCR12_CYCLES"
@@ -83,7 +93,7 @@ func scr12Client(path string) (*scr12Report, error) {
 	for i := range cycles {
 		rep.Cycles++
 		// The write: read, modify, rewrite in place, under F_WRLCK.
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, err
 		}
@@ -123,14 +133,15 @@ func scr12Client(path string) (*scr12Report, error) {
 			}
 		}
 		f.Close()
-		// Then the test of the flush: a read under F_RDLCK, after the
-		// library's own few milliseconds of work in between.
+		// Then the test of the flush: a read, under F_WRLCK as the
+		// library takes it, after the library's own few milliseconds of
+		// work in between.
 		time.Sleep(time.Duration(i%6) * time.Millisecond) // the library's work, not a wait for a condition
-		f, err = os.Open(path)
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, err
 		}
-		switch err := setlk(f, unix.F_RDLCK); {
+		switch err := setlk(f, unix.F_WRLCK); {
 		case errors.Is(err, errBusyLock):
 			rep.ReadFailures++
 			fail("read lock", i)
@@ -157,12 +168,57 @@ func scr12Client(path string) (*scr12Report, error) {
 	return rep, nil
 }
 
-// TestSCR12FcntlClient: with --locking=fcntl the daemon must never be
-// holding the lock when an SCR-1.2-like client makes its write-then-read
-// accesses, while it flushes the files that client hands it.
+// TestSCR12FcntlClient: with --locking=fcntl and the default settling the
+// daemon must never be holding the lock when an SCR-1.2-like client makes
+// its write-then-read accesses, while it flushes the files that client
+// hands it.
 func TestSCR12FcntlClient(t *testing.T) {
-	testenv.Long(t, "a thousand lock cycles of a real SCR 1.2 fcntl client during a throttled flush")
-	cycles := envInt(t, "SCR_TEST_FCNTL_CYCLES", 1000)
+	testenv.Long(t, "600 lock cycles of an SCR 1.2 fcntl client during a throttled flush")
+	scr12Run(t, envInt(t, "SCR_TEST_FCNTL_CYCLES", 600), 0)
+}
+
+// TestSCR12FcntlClientLoaded is TestSCR12FcntlClient on a loaded machine:
+// two processes spin on the CPUs throughout, so that the daemon and the
+// client are preempted at any moment, between the client's write and its
+// read too.
+func TestSCR12FcntlClientLoaded(t *testing.T) {
+	testenv.Long(t, "300 lock cycles of an SCR 1.2 fcntl client beside two busy loops")
+	scr12Run(t, envInt(t, "SCR_TEST_FCNTL_LOADED_CYCLES", 300), 2)
+}
+
+// busyEnv makes the test binary spin on a CPU until killed.
+const busyEnv = "SCR_TEST_BUSY_LOOP"
+
+// busySink keeps the busy loop's work from being optimised away.
+var busySink atomic.Uint64
+
+func init() {
+	if os.Getenv(busyEnv) != "" {
+		for n := uint64(0); ; n++ { // a CPU's worth of work until killed
+			busySink.Store(n)
+		}
+	}
+}
+
+// busyLoops starts n processes spinning on the CPUs (the shell's
+// while :; do :; done) until the test ends.
+func busyLoops(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), busyEnv+"=1")
+		must(t, cmd.Start())
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+}
+
+// scr12Run runs the SCR-1.2-like client for cycles cycles against a daemon
+// in fcntl mode, with busy processes spinning meanwhile, and fails on any
+// lock attempt of the client that fails.
+func scr12Run(t *testing.T, cycles, busy int) {
 	n := newNode(t)
 	n.store = hashfile.NewStore(n.transfer, hashfile.Fcntl)
 	srcs := map[string][]byte{}
@@ -173,13 +229,14 @@ func TestSCR12FcntlClient(t *testing.T) {
 		srcs[p] = data
 		lines = append(lines, fmt.Sprintf("%s|%s|%d", p, n.dest(name), len(data)))
 	}
-	// The flush runs throughout the cycles: 10 MiB at 200 kB/s.
+	// The flush runs throughout the cycles: 10 MiB at 100 kB/s.
 	n.library(func(tr *hashfile.Tree) {
-		transfer.SetBW(tr, 200e3)
+		transfer.SetBW(tr, 100e3)
 		transfer.SetCommand(tr, transfer.Run)
 	})
-	d := n.start("--locking=fcntl", "--fcntl-settle=30ms", "--sync-interval=200ms")
+	d := n.start("--locking=fcntl", "--sync-interval=200ms")
 	n.waitFor("STATE recorded", settle, func(v transfer.View) bool { return v.State != "" })
+	busyLoops(t, busy)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), scr12Env+"="+n.transfer, scr12CycleEnv+"="+strconv.Itoa(cycles),
@@ -209,4 +266,109 @@ func TestSCR12FcntlClient(t *testing.T) {
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
 	v := n.waitFor("DONE", settle, done)
 	checkFlushed(t, v, srcs)
+}
+
+// scr12Access makes one access of the transfer file as SCR 1.2 built with
+// fcntl locking does (open O_RDWR|O_CREAT, F_SETLK F_WRLCK without
+// waiting), applying edit and rewriting the file if edit is not nil; it
+// fails the test if the lock is held.
+func scr12Access(t *testing.T, path string, edit func(*hashfile.Tree)) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	must(t, err)
+	defer f.Close()
+	if err := setlk(f, unix.F_WRLCK); err != nil {
+		t.Fatalf("the library's lock: %v: SCR 1.2 would have hung", err)
+	}
+	img, err := io.ReadAll(f)
+	must(t, err)
+	tr, err := hashfile.Decode(img)
+	must(t, err)
+	if edit == nil {
+		return
+	}
+	edit(tr)
+	out := hashfile.Encode(tr)
+	_, err = f.WriteAt(out, 0)
+	must(t, err)
+	must(t, f.Truncate(int64(len(out))))
+}
+
+// TestFcntlSIGTERMAfterTheLibrarysWrite: a SIGTERM at any moment after the
+// library's write and read (a checkpoint's flush start and its test) is
+// answered within a second, with STATE EXITING recorded and no ERROR
+// logged. The settling used to make the shutdown wait for 50 settle times
+// of quiet, beyond its bound: "ERROR exiting without recording STATE
+// EXITING … context deadline exceeded".
+func TestFcntlSIGTERMAfterTheLibrarysWrite(t *testing.T) {
+	for _, after := range []time.Duration{0, 50 * time.Millisecond, 250 * time.Millisecond, time.Second} {
+		t.Run(after.String(), func(t *testing.T) {
+			n := newNode(t)
+			n.store = hashfile.NewStore(n.transfer, hashfile.Fcntl)
+			d := n.startEnv(nil, "--locking=fcntl")
+			n.waitFor("STATE STOPPED", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
+			scr12Access(t, n.transfer, func(tr *hashfile.Tree) { transfer.SetBW(tr, 1e6) })
+			scr12Access(t, n.transfer, nil)
+			time.Sleep(after) // the moment of the signal, not a wait for a condition
+			terminate(t, d, nil)
+			if log := d.log.String(); strings.Contains(log, "ERROR") {
+				t.Fatalf("an ordinary SIGTERM logged an ERROR:\n%s", log)
+			}
+			if v := n.view(); v.State != transfer.Exiting {
+				t.Fatalf("STATE %q after SIGTERM, want EXITING", v.State)
+			}
+		})
+	}
+}
+
+// TestFcntlStarvedByTheLibrary: a library that rewrites the transfer file
+// every 30 ms never leaves it the quiet settling waits for. The daemon
+// still records its STATE within the settling bound, says so in its log
+// and in STATUS=, sends READY=1, and says when the library is quiet again.
+// It used to wait for as long as the library wrote: nothing recorded, no
+// READY=1.
+func TestFcntlStarvedByTheLibrary(t *testing.T) {
+	n := newNode(t)
+	n.store = hashfile.NewStore(n.transfer, hashfile.Fcntl)
+	n.library(func(tr *hashfile.Tree) { tr.SetValue("LIBSEQ", "0") })
+	ctx, stop := context.WithCancel(context.Background())
+	writing := make(chan error, 1)
+	go func() {
+		for i := 1; ctx.Err() == nil; i++ {
+			if _, _, err := n.store.Update(func(tr *hashfile.Tree) error {
+				tr.SetValue("LIBSEQ", strconv.Itoa(i))
+				return nil
+			}); err != nil {
+				writing <- err
+				return
+			}
+			time.Sleep(30 * time.Millisecond) // the library's pace, not a wait for a condition
+		}
+		writing <- nil
+	}()
+	var once sync.Once
+	stopWriting := func() {
+		once.Do(func() {
+			stop()
+			must(t, <-writing)
+		})
+	}
+	t.Cleanup(stopWriting)
+
+	sock := filepath.Join(n.root, "notify.sock")
+	notes := notifySocket(t, sock)
+	d := n.startEnv([]string{"NOTIFY_SOCKET=" + sock}, "--locking=fcntl")
+	awaitNote(t, notes, "READY=1", func(m string) bool { return m == "READY=1" })
+	status := awaitNote(t, notes, "STATUS= saying the library leaves no quiet moment", func(m string) bool {
+		return strings.Contains(m, "no quiet moment since")
+	})
+	t.Logf("%s", status)
+	d.waitLog("the library left the transfer file no quiet moment", settle)
+	if v := n.view(); v.State != transfer.Stopped {
+		t.Fatalf("STATE %q while the library writes every 30 ms, want STOPPED recorded", v.State)
+	}
+	stopWriting()
+	n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Run) }) // a change to look at
+	d.waitLog("the library leaves the transfer file quiet moments again", settle)
+	terminate(t, d, nil)
 }

@@ -118,7 +118,7 @@ func flags() (*options, *flag.FlagSet, error) {
 		return nil, nil, err
 	}
 	fs.StringVar(&o.locking, "locking", "flock", "transfer-file lock: flock or fcntl (as KVTree was built)")
-	fs.DurationVar(&o.cfg.FcntlSettle, "fcntl-settle", 100*time.Millisecond, "with --locking=fcntl, let the transfer file go this long without a change the daemon did not make before locking it (SCR <= 1.2 fails on a busy fcntl lock)")
+	fs.DurationVar(&o.cfg.FcntlSettle, "fcntl-settle", 100*time.Millisecond, "with --locking=fcntl, after a change the daemon did not make, wait at most this long for the library's read that follows before locking the transfer file (SCR <= 1.2 fails on a busy fcntl lock)")
 	fs.BoolVar(&o.cfg.CreateDir, "create-dir", false, "create the transfer file's directory if it does not exist (by default a missing directory is refused as a mistyped path)")
 	fs.BoolVar(&o.cfg.StrictModes, "strict-modes", false, "refuse a group-writable transfer file or control directory too")
 	fs.DurationVar(&o.cfg.Reread, "reread", reread, "read the transfer file at least this often (SCR_TRANSFER_SECS)")

@@ -274,6 +274,9 @@ func statusLine(st daemon.Status) string {
 	} else {
 		s += ": idle"
 	}
+	if !st.NoQuietSince.IsZero() {
+		s += "; the library has left the transfer file no quiet moment since " + st.NoQuietSince.Format(time.RFC3339)
+	}
 	s += fmt.Sprintf("; %s pending", units.IEC(float64(st.BytesPending)))
 	if st.FilesInError > 0 {
 		s += "; " + units.Plural(st.FilesInError, "file", "files") + " in error"

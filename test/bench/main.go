@@ -2,7 +2,7 @@
 // one run on the same files, and prints the performance table of
 // docs/PERFORMANCE.md:
 //
-//	go run ./test/bench [-dir DIR] [-size 512MiB] [-idle 120s] [-runs 3] [-only SECTIONS]
+//	go run ./test/bench [-dir DIR] [-size 512MiB] [-idle 120s] [-runs 3] [-only SECTIONS] [-scr-flock DIR -scr-fcntl DIR]
 //
 // Every figure is a ratio against a reference measured in the same run, or
 // against the limit the daemon was given, because the machine is shared and
@@ -49,8 +49,10 @@ type config struct {
 	interferenceRounds int
 	entries            []int
 
-	autoSize     int64   // bytes of each flush of the BW auto section
-	autoCapacity float64 // bytes/s of its shared destination
+	autoSize           int64   // bytes of each flush of the BW auto section
+	autoCapacity       float64 // bytes/s of its shared destination
+	scrFlock, scrFcntl string  // SCR 1.2.2 builds for the scr section (scr.go); "" if none
+	scrSize            int64   // bytes of its unlimited flush
 }
 
 func run() error {
@@ -64,11 +66,18 @@ func run() error {
 	var isize string
 	flag.StringVar(&isize, "interference-size", "4GiB", "size of the flush beside the triad in the interference section")
 	flag.IntVar(&c.interferenceRounds, "interference-rounds", 5, "interleaved rounds of the interference section (the median is reported)")
-	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile,many,auto (default all)")
+	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile,many,auto,scr (default all)")
 	entries := flag.String("entries", "1000,10000,100000", "entry counts of 1 KiB files for the many-files section")
 	asize := flag.String("auto-size", "512MiB", "size of each flush of the BW auto section")
 	flag.Float64Var(&c.autoCapacity, "auto-capacity", 100e6, "bandwidth in bytes/s of the BW auto section's shared FUSE destination")
+	flag.StringVar(&c.scrFlock, "scr-flock", os.Getenv("SCR_LIB_FLOCK"), "SCR 1.2.2 FLOCK build (test/scrlib/build.sh) for the scr section")
+	flag.StringVar(&c.scrFcntl, "scr-fcntl", os.Getenv("SCR_LIB_FCNTL"), "SCR 1.2.2 FCNTL build for the scr section")
+	ssize := flag.String("scr-size", "256MiB", "size of the scr section's unlimited flush")
 	flag.Parse()
+	var err error
+	if c.scrSize, err = parseSize(*ssize); err != nil {
+		return fmt.Errorf("-scr-size: %w", err)
+	}
 	n, err := parseSize(size)
 	if err != nil {
 		return fmt.Errorf("-size: %w", err)
@@ -114,6 +123,7 @@ func run() error {
 		{"hashfile", b.hashfileBench},
 		{"many", b.manyFiles},
 		{"auto", b.bwAuto},
+		{"scr", b.scrPeer},
 	}
 	for _, s := range sections {
 		if c.only != "" && !slices.Contains(strings.Split(c.only, ","), s.name) {
