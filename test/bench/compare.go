@@ -276,19 +276,20 @@ func (b *bench) runSection(name string, fn func() error) error {
 	var sec [2][]figure
 	for r := range c.rounds {
 		for k, d := range []daemonBin{c.old, c.new} {
-			b.bin, b.figs, b.starts = d, nil, 0
+			b.exe, b.figs, b.starts = d, nil, 0
 			fmt.Printf("### %s, round %d of %d: %s (%s)\n\n", name, r+1, c.rounds, d.name, d.path)
 			err := fn()
 			b.stopDaemon()
 			if errors.Is(err, errUnknownFlag) {
-				fmt.Printf("### %s: not compared: %v\n\n", name, err)
-				return nil
+				fmt.Printf("### %s: not compared: %v; measured once, with %s\n\n", name, err, c.new.name)
+				b.exe = c.new
+				return fn()
 			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", d.name, err)
 			}
-			if b.starts == 0 { // measures no daemon: once is enough
-				fmt.Print("### ", name, " started no daemon: it measured this tree once\n\n")
+			if b.starts == 0 { // measures neither daemon: once is enough
+				fmt.Printf("### %s: started no daemon of the comparison, so it ran once\n\n", name)
 				return nil
 			}
 			sec[k] = append(sec[k], b.figs...)
@@ -334,7 +335,7 @@ func printMissing(goals []string) {
 // daemons builds this tree's daemon, and with a baseline gets the old one
 // (built at the revision, or the binary given), into b.work.
 func (b *bench) daemons(root string) error {
-	path, err := buildDaemon(root, b.work, "scr-transferd")
+	path, err := buildDaemon(root, b.bin, "scr-transferd")
 	if err != nil {
 		return err
 	}
@@ -342,7 +343,7 @@ func (b *bench) daemons(root string) error {
 	if rev, err := gitOut(root, "describe", "--always", "--dirty"); err == nil {
 		name = "new (" + rev + ")"
 	}
-	if b.bin, err = probeDaemon(name, path); err != nil {
+	if b.exe, err = probeDaemon(name, path); err != nil {
 		return err
 	}
 	var old daemonBin
@@ -362,7 +363,7 @@ func (b *bench) daemons(root string) error {
 	if b.c.baselineRounds < 1 {
 		return fmt.Errorf("-baseline-rounds %d: at least 1", b.c.baselineRounds)
 	}
-	b.cmp = &comparison{old: old, new: b.bin, rounds: b.c.baselineRounds}
+	b.cmp = &comparison{old: old, new: b.exe, rounds: b.c.baselineRounds}
 	return nil
 }
 

@@ -134,7 +134,8 @@ func run() error {
 type bench struct {
 	c        config
 	work     string
-	bin      daemonBin // the daemon the sections start
+	bin      string    // holds this tree's binaries: scr-transferd and what sections build
+	exe      daemonBin // the daemon startDaemon starts
 	cache    string
 	pfs      string
 	transfer string
@@ -144,19 +145,20 @@ type bench struct {
 	log      *os.File
 
 	cmp    *comparison // nil without a baseline
-	figs   []figure    // what the sections measured with bin (see record)
-	starts int         // daemons started with bin
+	figs   []figure    // what the sections measured with exe (see record)
+	starts int         // daemons started with exe
 }
 
 func newBench(work string, c config) (*bench, error) {
 	b := &bench{
 		c:        c,
 		work:     work,
+		bin:      filepath.Join(work, "bin"),
 		cache:    filepath.Join(work, "cache"),
 		pfs:      filepath.Join(work, "pfs"),
 		transfer: filepath.Join(work, "ctl", "transfer.scrinfo"),
 	}
-	for _, d := range []string{b.cache, b.pfs, filepath.Dir(b.transfer)} {
+	for _, d := range []string{b.bin, b.cache, b.pfs, filepath.Dir(b.transfer)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
@@ -181,13 +183,13 @@ func (b *bench) ctx() context.Context { return context.Background() }
 // startDaemonWith starts a fresh daemon with the given flags.
 func (b *bench) startDaemonWith(flags ...string) error { return b.startDaemonCmd(nil, flags...) }
 
-// startDaemonCmd starts a fresh daemon of b.bin with the given flags, as an
+// startDaemonCmd starts a fresh daemon of b.exe with the given flags, as an
 // argument of the command prefix (such as taskset) if there is one. The
 // transfer file's directory is created first: a daemon refuses a missing
 // one unless told otherwise, and an older one has no flag to tell it.
 func (b *bench) startDaemonCmd(prefix []string, flags ...string) error {
 	b.stopDaemon()
-	if err := b.bin.check(flags); err != nil {
+	if err := b.exe.check(flags); err != nil {
 		return err
 	}
 	_ = os.Remove(b.transfer)
@@ -199,7 +201,7 @@ func (b *bench) startDaemonCmd(prefix []string, flags ...string) error {
 		return err
 	}
 	b.log = log
-	argv := slices.Concat(prefix, []string{b.bin.path}, flags, []string{b.transfer})
+	argv := slices.Concat(prefix, []string{b.exe.path}, flags, []string{b.transfer})
 	cmd := exec.Command(argv[0], argv[1:]...)
 	b.starts++
 	cmd.Stdout, cmd.Stderr = log, log
