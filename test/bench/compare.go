@@ -7,6 +7,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -330,6 +331,13 @@ func printMissing(goals []string) {
 	if len(goals) > 0 {
 		fmt.Printf("Measured for one daemon only: %s.\n\n", strings.Join(goals, "; "))
 	}
+}
+
+// baselineFlags defines the flags that name the old daemon.
+func (c *config) baselineFlags() {
+	flag.StringVar(&c.baseline, "baseline", "", "git revision of an older scr-transferd to measure beside this tree's, section by section")
+	flag.StringVar(&c.baselineBin, "baseline-bin", "", "an older scr-transferd binary to measure beside this tree's (instead of -baseline)")
+	flag.IntVar(&c.baselineRounds, "baseline-rounds", 2, "with a baseline: rounds of old then new for each section (the median is compared)")
 }
 
 // daemons builds this tree's daemon, and with a baseline gets the old one
