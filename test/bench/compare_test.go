@@ -121,3 +121,18 @@ func TestTickShare(t *testing.T) {
 		t.Errorf("tickShare(10s) = %v, want 0.2", got)
 	}
 }
+
+// FuzzHelpFlags: every flag helpFlags returns begins a line of the text,
+// indented by two spaces, after one or two dashes.
+func FuzzHelpFlags(f *testing.F) {
+	f.Add("Flags:\n  --create-dir\n        create it\n  -sync-each\n")
+	f.Add("  --\n  -\n  --a-b=1\n\n  ---x\n")
+	f.Fuzz(func(t *testing.T, help string) {
+		for name := range helpFlags(help) {
+			if !strings.HasPrefix(help, "  -"+name) && !strings.HasPrefix(help, "  --"+name) &&
+				!strings.Contains(help, "\n  -"+name) && !strings.Contains(help, "\n  --"+name) {
+				t.Errorf("helpFlags(%q) returned %q, which no line begins with", help, name)
+			}
+		}
+	})
+}
