@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -94,6 +96,48 @@ func batchFiles() int {
 	return int(min(maxBatchFiles, max(16, (int64(lim.Cur)-256)/4)))
 }
 
+// Descriptors a batch needs besides its held copies' (see planDescriptors).
+const (
+	// fdsPerStream: a stream's copy in flight holds its source, its
+	// partial copy, perhaps a directory and a duplicate of the source for
+	// its check, and a confined lookup opens two more for a moment.
+	fdsPerStream = 6
+	// fdsReserve: the rest of the daemon (the transfer file and its lock
+	// while read or updated, the watch, the notify socket, a listing of a
+	// directory) and the lookups of a group being published, up to four
+	// at once, two descriptors each.
+	fdsReserve = 16
+)
+
+// descriptorPlan returns how many streams a batch runs and how many
+// descriptors each of its groups may keep open when two are held at once
+// (twice as many when one is), given the soft RLIMIT_NOFILE limit, the
+// descriptors open already and the streams configured: at least one
+// stream, and room for one file and its directory in a group. With a
+// directory per file and a low limit (32: 1411 files of a flush went
+// through an ERROR, "too many open files") a group's descriptors are
+// mostly directories; a group then closes early rather than failing.
+func descriptorPlan(limit, inUse, streams int) (int, int) {
+	avail := limit - inUse - fdsReserve
+	s := max(1, min(streams, (avail-4)/fdsPerStream))
+	return s, max(2, (avail-s*fdsPerStream)/2)
+}
+
+// planDescriptors sets the streams and the descriptors a batch's groups
+// may hold (descriptorPlan) from the soft RLIMIT_NOFILE and the
+// descriptors open now; nothing where the limit is unknown or huge.
+func (d *daemon) planDescriptors() {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > 1<<24 {
+		return
+	}
+	open, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	d.streams, d.groupFDs = descriptorPlan(int(lim.Cur), len(open), len(d.copiers))
+}
+
 // groupFiles is the most files a group takes when held groups are held at
 // once: batchFiles for two, twice as many (within maxBatchFiles) for one.
 // Groups of tiny files, which do not overlap, are then as large as the
@@ -126,6 +170,7 @@ func (d *daemon) startBatch(files []transfer.File) {
 	for i, f := range files {
 		sub := &subs[i]
 		sub.file, sub.cancel, sub.from, sub.quiet = f, cancel, f.Written, len(files) > batchLogFiles
+		sub.reuse = d.published[f.Src]
 		sub.durable.Store(f.Written)
 		j.subs[i] = sub
 	}
@@ -185,17 +230,34 @@ type group struct {
 }
 
 // groupEnds returns where each group of subs ends: a group closes once it
-// holds SyncBytes, or files files.
-func (d *daemon) groupEnds(subs []*job, files int) []int {
+// holds SyncBytes, or files files, or before its held copies would keep
+// more than fds descriptors open (0: no bound): one per partial copy, and
+// one per directory the Batch opens for them.
+func (d *daemon) groupEnds(subs []*job, files, fds int) []int {
 	var ends []int
 	var bytes int64
-	n := 0
+	n, used := 0, 0
+	dirs := map[string]bool{}
 	for i, sub := range subs {
+		dir := filepath.Dir(filepath.Clean(sub.file.Dest))
+		cost := 1
+		if !dirs[dir] {
+			cost++
+		}
+		if fds > 0 && n > 0 && used+cost > fds {
+			ends = append(ends, i)
+			bytes, n, used = 0, 0, 0
+			clear(dirs)
+			cost = 2
+		}
+		dirs[dir] = true
 		bytes += sub.file.Size - min(sub.file.Written, sub.file.Size)
 		n++
+		used += cost
 		if bytes >= d.cfg.Flush.SyncBytes || n == files {
 			ends = append(ends, i+1)
-			bytes, n = 0, 0
+			bytes, n, used = 0, 0, 0
+			clear(dirs)
 		}
 	}
 	if n > 0 {
@@ -221,7 +283,7 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		held = 2
 		wb = flush.NewWriteback()
 	}
-	ends := d.groupEnds(j.subs, d.groupFiles(held))
+	ends := d.groupEnds(j.subs, d.groupFiles(held), d.groupFDs*(3-held))
 	// The copies the batch publishes are recorded, and the progress of a
 	// copy interrupted is saved, even once ctx ends, if the lock comes
 	// within the grace (see commitGrace): one for the batch's records and
@@ -319,7 +381,11 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 		return next - 1, cur
 	}
 	var wg sync.WaitGroup
-	for _, c := range d.copiers[:min(len(d.copiers), len(j.subs))] {
+	streams := len(d.copiers)
+	if d.streams > 0 {
+		streams = min(streams, d.streams)
+	}
+	for _, c := range d.copiers[:min(streams, len(j.subs))] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -432,6 +498,23 @@ func recordable(syncing <-chan *group, copiesOver <-chan struct{}) <-chan []*gro
 	return out
 }
 
+// logGroups logs, at debug, the record of groups gs, failed with err if
+// not nil.
+func (d *daemon) logGroups(gs []*group, err error) {
+	for _, g := range gs {
+		fields := []zap.Field{zap.Int("group", g.index), zap.Int("files", g.end-g.first),
+			zap.Duration("copy", g.copied.Sub(g.opened)), zap.Duration("sync", g.durable.Sub(g.copied)),
+			zap.Duration("record", time.Since(g.durable))}
+		if err != nil {
+			// The copies stay published; the next attempt records them
+			// without copying them again (unrecorded.go).
+			d.log.Debug("batch published but not recorded", append(fields, zap.Error(err))...)
+			continue
+		}
+		d.log.Debug("batch recorded", fields...)
+	}
+}
+
 // recordGroups records the copies of the groups gs, each made durable and
 // published all at once by its Batch's Sync, in one update, and sets their
 // outcomes in results, the batch's, indexed as its subs. The update waits
@@ -483,11 +566,7 @@ func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, result
 			d.wroteOK.Store(true)
 		}
 	}
-	for _, g := range gs {
-		d.log.Debug("batch recorded", zap.Int("group", g.index), zap.Int("files", g.end-g.first),
-			zap.Duration("copy", g.copied.Sub(g.opened)), zap.Duration("sync", g.durable.Sub(g.copied)),
-			zap.Duration("record", time.Since(g.durable)))
-	}
+	d.logGroups(gs, err)
 	for i, r := range done {
 		switch {
 		case changed[i]:
@@ -496,6 +575,7 @@ func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, result
 			if stored[i] {
 				r.job.durable.Store(prevs[i])
 			}
+			r.job.unrecorded = noteUnrecorded(r.job.file, r.res.CRC, r.warnings)
 			r.res.Complete, r.err = false, fmt.Errorf("recording WRITTEN %d: %w", r.job.file.Size, err)
 		default:
 			if f := r.job.file; f.Size > prevs[i] {

@@ -70,6 +70,10 @@ type Config struct {
 
 	Flush  flush.Options
 	Verify Verify
+	// BWAuto sets the copy rate from the latency of the copy's writes and
+	// commits to the destination (flush/autobw): it yields when others
+	// queue there. BW, when set, is its ceiling; PERCENT still applies.
+	BWAuto bool
 	// Streams is how many small files of a batch are copied at once
 	// (default DefaultStreams). They share the throttle, so BW and PERCENT
 	// hold for the daemon as a whole.
@@ -133,6 +137,7 @@ type Status struct {
 	FilesWarned    int // files flushed with a WARNING recorded
 	ThrottleSleeps uint64
 	ThrottleSlept  time.Duration
+	BWAuto         float64   // BW auto's rate in force, bytes/s averaged over a few seconds; 0 when off
 	LastSuccess    time.Time // when a file last completed; zero if never
 	LockWaitSince  time.Time // since when the daemon waits for the transfer-file lock; zero if it does not
 	BWLimit        float64   // BW in force (transfer.ReadLimits, the last good value of an unusable one); 0: none

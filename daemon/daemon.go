@@ -49,11 +49,12 @@ type daemon struct {
 	lockSince atomic.Int64    // unix ns since when an access waits for the transfer-file lock; 0 if none
 	statusMu  sync.Mutex      // guards lastShown: the lock-wait hook reports from either goroutine
 	problems  map[string]bool
-	stale     map[string]bool   // partial copies to remove (litter.go)
-	swept     bool              // leftover partial copies looked for at start
-	warned    map[string]string // WARNING last logged, by source path
-	retries   map[string]*retry // by source path
-	job       *job              // copy under way, nil when idle
+	stale     map[string]bool        // partial copies to remove (litter.go)
+	published map[string]*unrecorded // by source path: published, not recorded (unrecorded.go)
+	swept     bool                   // leftover partial copies looked for at start
+	warned    map[string]string      // WARNING last logged, by source path
+	retries   map[string]*retry      // by source path
+	job       *job                   // copy under way, nil when idle
 	beat      *Heartbeat
 	results   chan result
 	lastOK    time.Time
@@ -65,12 +66,15 @@ type daemon struct {
 	limits       *limits               // BW and PERCENT last applied, nil before the first
 	throttled    uint64                // throttle pauses already logged
 	batchFiles   int                   // the most files a batch takes (batchFiles)
+	streams      int                   // streams a batch may run, 0: as many as copiers (planDescriptors)
+	groupFDs     int                   // descriptors a batch's group may hold, 0: unbounded (planDescriptors)
 	others       uint64                // store.Others() when the loop last read the file
 	refused      []error               // why each entry of view is refused (readView), nil where it is not
 	memSize      int                   // transfer file size the memory limit was set for (memory.go)
 	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
 	flushStarted time.Time             // the flush under way began, zero when none
 	flushCopied  int64                 // copied when it began
+	autoLogged   float64               // BW auto's rate last logged (bwauto.go)
 
 	// topProblems are the top-level problems of the last pass (BW,
 	// PERCENT, COMMAND values): each is logged when it appears.
@@ -110,6 +114,10 @@ type job struct {
 	// data is, once the copy returned, the bytes of data it transferred
 	// (holes of a SIONlib container not counted): the rate's numerator.
 	data int64
+	// reuse: the file's copy was published before and only its record
+	// failed (set by the loop); unrecorded: this copy was published and
+	// its record failed (set by the worker). See unrecorded.go.
+	reuse, unrecorded *unrecorded
 }
 
 // level is the level of the lines about j's file: info, debug for a file
@@ -141,6 +149,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.TransferFile = path
 	cfg.Flush.VerifyAfter = cfg.Verify.after()
+	cfg.Flush.Owner = partialOwner(path)
 	if err := controlDir(filepath.Dir(path), cfg.CreateDir); err != nil {
 		return err
 	}
@@ -175,26 +184,29 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	th := flush.NewThrottle()
+	th.SetAuto(cfg.BWAuto)
 	d := &daemon{
-		ctx:      ctx,
-		beat:     cfg.Heartbeat,
-		cfg:      cfg,
-		log:      cfg.Log,
-		store:    store,
-		throttle: th,
-		copier:   flush.NewCopier(th, cfg.Flush),
-		problems: map[string]bool{},
-		stale:    map[string]bool{},
-		warned:   map[string]string{},
-		retries:  map[string]*retry{},
-		rand:     rand.Float64,
-		results:  make(chan result, 1),
+		ctx:       ctx,
+		beat:      cfg.Heartbeat,
+		cfg:       cfg,
+		log:       cfg.Log,
+		store:     store,
+		throttle:  th,
+		copier:    flush.NewCopier(th, cfg.Flush),
+		problems:  map[string]bool{},
+		stale:     map[string]bool{},
+		published: map[string]*unrecorded{},
+		warned:    map[string]string{},
+		retries:   map[string]*retry{},
+		rand:      rand.Float64,
+		results:   make(chan result, 1),
 	}
 	d.batchFiles = batchFiles()
 	d.copiers = []*flush.Copier{d.copier}
 	for len(d.copiers) < cfg.Streams {
 		d.copiers = append(d.copiers, flush.NewCopier(th, cfg.Flush))
 	}
+	d.planDescriptors()
 	if d.beat == nil {
 		d.beat = NewHeartbeat(0)
 	}
@@ -282,6 +294,7 @@ func (d *daemon) loop(ctx context.Context) error {
 		case <-progress:
 			d.report()
 			d.logThrottle()
+			d.logAuto()
 		case <-progressLog:
 			d.logProgress()
 		case <-heartbeat:
@@ -809,7 +822,7 @@ func stillWanted(g *transfer.File, j *job) string {
 
 func (d *daemon) start(f transfer.File) {
 	ctx, cancel := context.WithCancel(context.Background())
-	j := &job{file: f, cancel: cancel, started: time.Now(), from: f.Written}
+	j := &job{file: f, cancel: cancel, started: time.Now(), from: f.Written, reuse: d.published[f.Src]}
 	j.durable.Store(f.Written)
 	d.job = j
 	d.beat.workerStart()
@@ -861,7 +874,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		_, wrote, err := d.store.UpdateContext(cctx, func(t *hashfile.Tree) error {
 			prev = j.durable.Load()
 			if n == f.Size {
-				ok = transfer.SetComplete(t, f, prev, crc, v.warnings())
+				ok = transfer.SetComplete(t, f, prev, crc, j.warnings(v))
 			} else {
 				ok = transfer.SetWrittenFrom(t, f, prev, n)
 			}
@@ -895,12 +908,18 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		}
 		return nil
 	}
+	if res, ok, err := recordOnly(j, commit); ok {
+		return res, j.reuse.warnings, err
+	}
 	c := d.copier
 	if j.copier != nil {
 		c = j.copier
 	}
 	res, err := c.Copy(ctx, fj, commit)
 	j.data = v.dataBetween(f.Written, f.Size)
+	if res.Complete && err != nil {
+		j.unrecorded = noteUnrecorded(f, res.CRC, v.warnings())
+	}
 	return res, v.warnings(), err
 }
 
@@ -929,6 +948,7 @@ func (d *daemon) finish(r result) {
 	}
 	f := r.job.file
 	var we *hashfile.WriteError
+	d.notePublished(r)
 	if r.res.Restarted != "" {
 		d.log.Warn("resume impossible; copied from the start", zap.String("src", f.Src), zap.String("reason", r.res.Restarted))
 	}
@@ -1082,6 +1102,7 @@ func (d *daemon) report() {
 	}
 	ts := d.throttle.Stats()
 	s.ThrottleSleeps, s.ThrottleSlept = ts.Sleeps, ts.Slept
+	s.BWAuto = d.throttle.AutoRate()
 	if d.limits != nil {
 		s.BWLimit, s.PercentLimit = d.limits.bw, d.limits.percent
 	}

@@ -17,6 +17,14 @@ type refusal struct{ msg string }
 
 func (r *refusal) Error() string { return r.msg }
 
+// IsRefusal reports whether err is the daemon refusing a control
+// directory or transfer file it does not trust (another user's, or one
+// others may write): a permanent error, which a restart cannot cure.
+func IsRefusal(err error) bool {
+	var r *refusal
+	return errors.As(err, &r)
+}
+
 func refuse(format string, args ...any) error { return &refusal{fmt.Sprintf(format, args...)} }
 
 // The trust policy. The daemon runs as the job's user and trusts that

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -17,8 +18,11 @@ import (
 // removed or its DESTINATION or SIZE changes (SCR_Finalize clears FILES
 // while a flush runs), and, once at start, any partial copy in a directory
 // the transfer file names that no entry of it accounts for. A partial copy
-// another process holds locked is being written by it, and is left alone.
-// Only destinations the daemon may write (--allow-dest) are touched.
+// another process holds locked is being written by it, and is left alone;
+// so is one whose record names another owner (another transfer file, or
+// another node: in SCR every node flushes into one dataset directory, and
+// where flock is node-local or missing the lock cannot tell). Only
+// destinations the daemon may write (--allow-dest) are touched.
 
 // noteStale records the partial copies of the entries of old that now are
 // gone or name another DESTINATION or SIZE.
@@ -103,13 +107,27 @@ func (d *daemon) sweepAtStart(v transfer.View) {
 // removePartial removes one partial copy and logs what happened.
 func (d *daemon) removePartial(p, why string) {
 	root, _ := confinedRoot(p, d.cfg.AllowDest)
-	removed, err := flush.RemovePartial(p, root)
+	removed, err := flush.RemovePartial(p, root, d.cfg.Flush.Owner)
 	switch {
 	case removed:
 		d.log.Info("removed partial copy", zap.String("path", p), zap.String("reason", why))
 	case errors.Is(err, flush.ErrPartialLocked):
 		d.log.Info("partial copy left: another process is writing it", zap.String("path", p))
+	case errors.Is(err, flush.ErrPartialForeign):
+		d.log.Debug("partial copy left: written for another transfer file or node", zap.String("path", p), zap.Error(err))
 	case err != nil:
 		d.log.Warn("cannot remove partial copy", zap.String("path", p), zap.Error(err))
 	}
+}
+
+// partialOwner names who this daemon writes partial copies for: the host
+// and the transfer file it serves (flush.Options.Owner). In SCR every
+// node flushes into one dataset directory; a daemon touches only the
+// partial copies written under its own name.
+func partialOwner(transferFile string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "?"
+	}
+	return host + "\x00" + transferFile
 }

@@ -56,7 +56,12 @@ func instance(t *testing.T, unit, dir, bin string) string {
 	if !bytes.Contains(b, []byte("ExecStart=/usr/local/bin/scr-transferd ")) {
 		t.Fatalf("%s: ExecStart does not run /usr/local/bin/scr-transferd", unit)
 	}
-	b = bytes.ReplaceAll(b, []byte("/usr/local/bin/scr-transferd"), []byte(bin))
+	reap, err := filepath.Abs("slurm/reap-caches.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.ReplaceAll(b, []byte("/usr/local/bin/scr-transferd-reap"), []byte(reap))
+	b = bytes.ReplaceAll(b, []byte("/usr/local/bin/scr-transferd "), []byte(bin+" "))
 	tmpl := filepath.Join(dir, filepath.Base(unit))
 	if err := os.WriteFile(tmpl, b, 0o644); err != nil {
 		t.Fatal(err)

@@ -35,12 +35,18 @@ func newSiteScript(t *testing.T) *siteScript {
 	for _, d := range []string{s.bin, s.shm, s.units, s.metrics} {
 		mustMkdir(t, d)
 	}
-	abs, err := filepath.Abs("testdata/fake-systemctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(abs, filepath.Join(s.bin, "systemctl")); err != nil {
-		t.Fatal(err)
+	for name, src := range map[string]string{
+		"systemctl":          "testdata/fake-systemctl",
+		"scontrol":           "testdata/fake-scontrol",
+		"scr-transferd-reap": "slurm/reap-caches.sh",
+	} {
+		abs, err := filepath.Abs(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(abs, filepath.Join(s.bin, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	logger := "#!/bin/sh\necho \"$*\" >> " + filepath.Join(s.dir, "syslog") + "\n"
 	if err := os.WriteFile(filepath.Join(s.bin, "logger"), []byte(logger), 0o755); err != nil {
@@ -52,13 +58,21 @@ func newSiteScript(t *testing.T) *siteScript {
 // run runs script and returns its exit status and what it logged.
 func (s *siteScript) run(t *testing.T, script string, env ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(tool(t, "bash", "bash"), script)
+	return s.runArgs(t, script, nil, env...)
+}
+
+// runArgs runs script with arguments args, as run does.
+func (s *siteScript) runArgs(t *testing.T, script string, args []string, env ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(tool(t, "bash", "bash"), append([]string{script}, args...)...)
 	cmd.Env = append(os.Environ(),
 		"PATH="+s.bin+":"+os.Getenv("PATH"),
 		"SLURM_JOB_USER="+s.user, "SLURM_JOB_ID=55",
 		"SCR_CNTL_BASE="+s.shm, "SCR_CACHE_BASE="+s.shm,
 		"SCR_TRANSFERD_UNIT_DIR="+s.units, "SCR_TRANSFERD_METRICS_DIR="+s.metrics,
-		"FAKE_SYSTEMCTL_LOG="+filepath.Join(s.dir, "systemctl"))
+		"FAKE_SYSTEMCTL_LOG="+filepath.Join(s.dir, "systemctl"),
+		// A job that asks for a daemon; the tests run as root.
+		"SLURM_JOB_COMMENT=scr-transferd", "SCR_TRANSFERD_ALLOW_ROOT=1")
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -90,21 +104,28 @@ func TestPrologStartFailureDoesNotDrain(t *testing.T) {
 // with mode 0700, the drop-in names the user and the paths it may write.
 func TestPrologStartsTheUnit(t *testing.T) {
 	s := newSiteScript(t)
-	code, syslog := s.run(t, "slurm/prolog.sh", "SCR_TRANSFERD_RW_PATHS=/p/lustre/%u /p/scratch/%u")
+	pfs := filepath.Join(s.dir, "pfs")
+	mustMkdir(t, filepath.Join(pfs, s.user))
+	code, syslog := s.run(t, "slurm/prolog.sh", "SCR_TRANSFERD_RW_PATHS="+pfs+"/%u /p/scratch/%u")
 	if code != 0 || !strings.Contains(syslog, "started scr-transferd@") {
 		t.Fatalf("prolog: status %d, log %q", code, syslog)
+	}
+	// A write path missing on the node is said at once, not only by
+	// failing flushes; one that exists is not.
+	if !strings.Contains(syslog, "/p/scratch/"+s.user+" (SCR_TRANSFERD_RW_PATHS) does not exist") || strings.Contains(syslog, pfs+"/"+s.user+" (") {
+		t.Errorf("the log does not name exactly the missing write path: %q", syslog)
 	}
 	cntl := filepath.Join(s.shm, s.user, "scr.55")
 	st, err := os.Stat(cntl)
 	if err != nil || st.Mode().Perm() != 0o700 {
 		t.Errorf("control directory %s: %v %v, want mode 0700", cntl, st, err)
 	}
-	confs, _ := filepath.Glob(filepath.Join(s.units, "scr-transferd@*.service.d", "job.conf"))
+	confs, _ := filepath.Glob(filepath.Join(s.units, "scr-transferd@*.service.d", "90-job.conf"))
 	if len(confs) != 1 {
 		t.Fatalf("drop-ins: %v", confs)
 	}
 	b, _ := os.ReadFile(confs[0])
-	for _, want := range []string{"User=" + s.user, "ReadWritePaths=-/p/lustre/" + s.user + " -/p/scratch/" + s.user} {
+	for _, want := range []string{"User=" + s.user, "ReadWritePaths=-" + pfs + "/" + s.user + " -/p/scratch/" + s.user} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("drop-in lacks %q:\n%s", want, b)
 		}
@@ -115,7 +136,7 @@ func TestPrologStartsTheUnit(t *testing.T) {
 	if code, _ := s2.run(t, "slurm/prolog.sh", "SCR_TRANSFERD_RW_PATHS= "); code != 0 {
 		t.Fatal("prolog failed")
 	}
-	confs, _ = filepath.Glob(filepath.Join(s2.units, "scr-transferd@*.service.d", "job.conf"))
+	confs, _ = filepath.Glob(filepath.Join(s2.units, "scr-transferd@*.service.d", "90-job.conf"))
 	if len(confs) != 1 {
 		t.Fatalf("drop-ins: %v", confs)
 	}
@@ -181,5 +202,75 @@ func TestEpilogCleansUp(t *testing.T) {
 				t.Error("the cache is left after a complete flush")
 			}
 		})
+	}
+}
+
+// TestPrologOptIn: the prolog starts a daemon only for a job that asks for
+// one under the site's rule (SCR_TRANSFERD_WHEN), never for root's jobs
+// unless the site allows it, and never reloads systemd for a job.
+func TestPrologOptIn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		start bool
+		log   string // in the log when not started ("" : silent)
+	}{
+		{"no comment", []string{"SLURM_JOB_COMMENT="}, false, ""},
+		{"other comment", []string{"SLURM_JOB_COMMENT=scr-transferd-not"}, false, ""},
+		{"comment among words", []string{"SLURM_JOB_COMMENT=run 7, scr-transferd please"}, true, ""},
+		{"root not allowed", []string{"SCR_TRANSFERD_ALLOW_ROOT=0"}, false, "a job of root"},
+		{"feature asked", []string{"SCR_TRANSFERD_WHEN=feature:scrflush", "SLURM_JOB_CONSTRAINTS=intel&scrflush"}, true, ""},
+		{"feature not asked", []string{"SCR_TRANSFERD_WHEN=feature:scrflush", "SLURM_JOB_CONSTRAINTS=scrflushx"}, false, ""},
+		{"partition", []string{"SCR_TRANSFERD_WHEN=partition:ckpt,big", "SLURM_JOB_PARTITION=big", "SLURM_JOB_COMMENT="}, true, ""},
+		{"other partition", []string{"SCR_TRANSFERD_WHEN=partition:ckpt,big", "SLURM_JOB_PARTITION=debug"}, false, ""},
+		{"always", []string{"SCR_TRANSFERD_WHEN=always", "SLURM_JOB_COMMENT="}, true, ""},
+		{"unknown rule", []string{"SCR_TRANSFERD_WHEN=sometimes"}, false, "SCR_TRANSFERD_WHEN=sometimes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSiteScript(t)
+			code, syslog := s.run(t, "slurm/prolog.sh", tc.env...)
+			if code != 0 {
+				t.Fatalf("prolog exit status %d", code)
+			}
+			calls, _ := os.ReadFile(filepath.Join(s.dir, "systemctl"))
+			started := strings.Contains(string(calls), "start scr-transferd@")
+			if started != tc.start {
+				t.Errorf("daemon started: %v, want %v (systemctl calls: %q)", started, tc.start, calls)
+			}
+			if strings.Contains(string(calls), "daemon-reload") {
+				t.Errorf("the prolog reloads systemd for a job: %q", calls)
+			}
+			if tc.log != "" && !strings.Contains(syslog, tc.log) {
+				t.Errorf("log %q does not say %q", syslog, tc.log)
+			}
+			if tc.log == "" && !tc.start && syslog != "" {
+				t.Errorf("a job that did not ask is logged: %q", syslog)
+			}
+		})
+	}
+}
+
+// TestPrologRefusesWrongUser: when the instance would run as another user
+// than the job's (a site drop-in sorting after the prolog's 90-job.conf
+// sets User=), the prolog reloads systemd once and, if that does not cure
+// it, starts nothing, removes its drop-in and says why.
+func TestPrologRefusesWrongUser(t *testing.T) {
+	s := newSiteScript(t)
+	code, syslog := s.run(t, "slurm/prolog.sh", "FAKE_SYSTEMCTL_USER=alice")
+	if code != 0 {
+		t.Fatalf("prolog exit status %d", code)
+	}
+	calls, _ := os.ReadFile(filepath.Join(s.dir, "systemctl"))
+	if strings.Contains(string(calls), "start ") {
+		t.Errorf("the unit was started as the wrong user: %q", calls)
+	}
+	if !strings.Contains(string(calls), "daemon-reload") {
+		t.Errorf("no reload before giving up: %q", calls)
+	}
+	if !strings.Contains(syslog, "would run as 'alice', not as the job's user "+s.user) {
+		t.Errorf("the log does not say the unit would run as the wrong user: %q", syslog)
+	}
+	if confs, _ := filepath.Glob(filepath.Join(s.units, "*.d")); len(confs) != 0 {
+		t.Errorf("the drop-in is left: %v", confs)
 	}
 }

@@ -234,6 +234,11 @@ func TestSystemdJobScriptCancelled(t *testing.T) {
 	if code := j.wait(t); code == 0 {
 		t.Error("a cancelled job exited 0")
 	}
+	// Slurm reports a script killed by SIGTERM as cancelled (0:15); an
+	// exit status of its own (143) reads as 143:0.
+	if ws, ok := j.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("the cancelled script ended with %v, want killed by SIGTERM (Slurm's 0:15)", j.cmd.ProcessState)
+	}
 	j.daemonStopped(t)
 }
 
@@ -255,5 +260,40 @@ func TestSystemdJobScriptWithoutUserManager(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(j.want, "rank_1")); err == nil {
 		t.Error("the application ran without daemons")
+	}
+}
+
+// TestSystemdJobScriptUsesADaemonAlreadyServing: on a node where another
+// daemon (a site prolog's) already serves the transfer file, the unit's
+// daemon exits 3 ("already served"); the job uses that daemon, flushes
+// everything, exits 0, and leaves that daemon running and the cache to
+// the site's epilog.
+func TestSystemdJobScriptUsesADaemonAlreadyServing(t *testing.T) {
+	j := startSystemdJob(t, fakeApp, true, "FAKE_SYSTEMCTL_OTHER_DAEMON=1")
+	if code := j.wait(t); code != 0 {
+		t.Errorf("job exit status %d, want 0", code)
+	}
+	if !strings.Contains(j.out.String(), "already serves") {
+		t.Error("the output does not say that another daemon serves the transfer file")
+	}
+	for i := 1; i <= 3; i++ {
+		name := "rank_" + strconv.Itoa(i)
+		w, err := os.ReadFile(filepath.Join(j.want, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err := os.ReadFile(filepath.Join(j.dest, name)); err != nil || !bytes.Equal(g, w) {
+			t.Errorf("%s not flushed byte for byte (%v)", name, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(j.state, "other.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.ReadFile("/proc/" + strings.TrimSpace(string(b)) + "/stat"); err != nil || bytes.Contains(st, []byte(") Z")) {
+		t.Errorf("the other daemon did not outlive the job (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(j.shm, j.user, "scr.4343", "ckpt.1", "rank_1")); err != nil {
+		t.Errorf("the cache the other daemon serves was removed (the site's epilog reaps it): %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -106,12 +107,18 @@ func (r *run) linkTemp(name string) error {
 func (r *run) linkAnon() error {
 	err := r.linkTemp(r.base)
 	if err == nil {
+		r.linked = true
 		return nil
 	}
 	if !errors.Is(err, unix.EEXIST) {
 		return osErr(r.dstName(), "cannot link the copy into place", err)
 	}
 	if err := r.nameAnon(); err != nil {
+		return err
+	}
+	// Replacing a file is not undone: the directory is checked again
+	// right before.
+	if err := r.checkDirPlace(); err != nil {
 		return err
 	}
 	if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
@@ -146,7 +153,8 @@ func (r *run) nameAnon() error {
 }
 
 // removeStalePartial removes the partial copy at tmpName, unless another
-// writer holds it locked.
+// writer holds it locked, or its record names another owner and it is not
+// abandoned (see abandoned).
 func (r *run) removeStalePartial() error {
 	fd, err := openAt(r.dir, r.tmpName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -165,6 +173,9 @@ func (r *run) removeStalePartial() error {
 	}
 	if held.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(held.Mode))
+	}
+	if err := partialOwnedBy(fd, r.c.owner); err != nil && !abandoned(&held, time.Now()) {
+		return fmt.Errorf("%s: partial copy %s: %w", r.dstName(), r.tmpPath, err)
 	}
 	if err := unix.Fstatat(r.dir, r.tmpName, &named, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&held, &named) {
 		return fmt.Errorf("%s: %w: partial copy %s changed while it was being removed; will try again", r.dstName(), ErrPartialLocked, r.tmpPath)

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/scr-transferd/scr-transferd/flush/autobw"
 	"github.com/scr-transferd/scr-transferd/internal/prefault"
 )
 
@@ -49,7 +50,7 @@ type Batch struct {
 	named bool
 
 	mu      sync.Mutex
-	dirs    []batchDir
+	dirs    []*batchDir
 	parents []string // directories whose entries changed when dirs were created
 	held    []*run
 	slab    []run            // where the states of held are kept (see slot)
@@ -62,6 +63,7 @@ type Batch struct {
 type batchDir struct {
 	fd    int
 	dev   uint64
+	ino   uint64
 	root  string   // as asked for
 	name  string   // the path, as asked for
 	names dirNames // its entries when the Batch opened it
@@ -143,27 +145,27 @@ func NewBatch(t *Throttle, syncEach bool) *Batch {
 // (see dirNames). The descriptor stays the Batch's. The checks at
 // publishing (Sync) look the names up afresh, so a directory moved after
 // it was opened is seen then, as for a lone copy.
-func (b *Batch) openDir(dir, root, who string) (int, dirNames, error) {
+func (b *Batch) openDir(dir, root, who string) (*batchDir, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, d := range b.dirs {
 		if d.name == dir && d.root == root {
-			return d.fd, d.names, nil
+			return d, nil
 		}
 	}
 	fd, parents, err := openDir(dir, root, who)
 	if err != nil {
-		return -1, nil, err
+		return nil, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		_ = unix.Close(fd)
-		return -1, nil, osErr(who, "cannot stat directory "+dir, err)
+		return nil, osErr(who, "cannot stat directory "+dir, err)
 	}
-	names := listDir(fd, st.Size)
-	b.dirs = append(b.dirs, batchDir{fd: fd, dev: st.Dev, root: root, name: dir, names: names})
+	d := &batchDir{fd: fd, dev: st.Dev, ino: st.Ino, root: root, name: dir, names: listDir(fd, st.Size)}
+	b.dirs = append(b.dirs, d)
 	b.parents = append(b.parents, parents...)
-	return fd, names, nil
+	return d, nil
 }
 
 // SetWriteback has w start the write-back of the Batch's small copies as
@@ -392,9 +394,12 @@ func (b *Batch) syncData(beside func(), errs []error) (syncMode, error) {
 		if _, ok := m.syncfs[r.tmpStat.Dev]; ok || errs[i] != nil {
 			continue
 		}
+		began := b.t.clock()
 		if err := fsync(r.tmp); err != nil {
 			m.failed[r] = err
+			continue
 		}
+		b.t.observe(began, autobw.Commit, r.unsynced)
 	}
 	return m, nil
 }

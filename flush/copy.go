@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/flush/autobw"
 )
 
 // Defaults and bounds for Options.
@@ -86,6 +88,11 @@ type Options struct {
 	// SyncEach makes a Batch fsync each of its files, as a lone copy does,
 	// instead of one syncfs per local file system (see Batch).
 	SyncEach bool
+	// Owner names who the partial copies are written for: the daemon sets
+	// the host and the transfer file it serves. A digest of it is kept in
+	// each partial copy's record, and a partial copy of another owner is
+	// never written, emptied, resumed or removed (ErrPartialForeign).
+	Owner string
 }
 
 // Job is one file to copy, as the transfer file describes it.
@@ -144,6 +151,8 @@ type Result struct {
 type Copier struct {
 	t      *Throttle
 	o      Options
+	owner  string // ownerDigest(o.Owner)
+	mode   uint32 // the mode a published copy gets: 0666 less the umask
 	buf    []byte
 	timer  *time.Timer
 	work   Work    // the throttle's account of the copy under way
@@ -158,7 +167,8 @@ func NewCopier(t *Throttle, o Options) *Copier {
 	o = o.WithDefaults()
 	tm := time.NewTimer(time.Hour)
 	tm.Stop()
-	return &Copier{t: t, o: o, buf: make([]byte, o.BufSize), timer: tm}
+	return &Copier{t: t, o: o, owner: ownerDigest(o.Owner), mode: 0o666 &^ processUmask(),
+		buf: make([]byte, o.BufSize), timer: tm}
 }
 
 // WithDefaults returns o with each unset field set to its default and
@@ -260,9 +270,14 @@ type run struct {
 	dropped  int64 // page cache dropped up to here
 
 	dirNames      dirNames // dir's entries as its Batch listed them, nil if unknown
-	dirBorrowed   bool     // dir is the Batch's, not closed with the copy
-	anon          bool     // the partial copy has no name yet (see createAnon)
-	identity      bool     // the source's identity is recorded on the partial copy
+	dirDev        uint64   // dir as its Batch opened it (dirIno 0 for a lone copy)
+	dirIno        uint64
+	dirPlace      place // DESTINATION's directory, looked up afresh before an unnamed copy is linked
+	dirBorrowed   bool  // dir is the Batch's, not closed with the copy
+	anon          bool  // the partial copy has no name yet (see createAnon)
+	linked        bool  // the unnamed copy was linked at DESTINATION, replacing nothing
+	recorded      bool  // rec is kept on the partial copy (see partialRecord)
+	rec           partialRecord
 	dirsPending   bool     // directory entries not yet fsynced
 	newDirParents []string // parents of directories this copy created
 }
@@ -289,15 +304,8 @@ func (r *run) do() error {
 	if s := filepath.Clean(job.Src); s == r.dst || s == r.tmpPath {
 		return fmt.Errorf("%s: %w: the destination is the source itself", r.dstName(), ErrInvalidJob)
 	}
-	var err error
-	if r.srcPlace, err = newPlace(job.Src, job.SrcRoot); err != nil {
-		return fmt.Errorf("%s: %w", r.srcName(), err)
-	}
-	if r.tmpPlace, err = newPlace(r.tmpPath, job.DstRoot); err != nil {
-		return fmt.Errorf("%s: %w", r.dstName(), err)
-	}
-	if r.dstPlace, err = newPlace(r.dst, job.DstRoot); err != nil {
-		return fmt.Errorf("%s: %w", r.dstName(), err)
+	if err := r.newPlaces(); err != nil {
+		return err
 	}
 	if job.Ranges != nil {
 		rs, err := normalizeRanges(r.c.ranges, job.Ranges, job.Size)
@@ -335,6 +343,28 @@ func (r *run) do() error {
 func (r *run) isCtxErr(err error) bool {
 	cerr := r.ctx.Err()
 	return cerr != nil && errors.Is(err, cerr)
+}
+
+// newPlaces prepares the lookups of the source, the partial copy,
+// DESTINATION and, in a Batch, DESTINATION's directory.
+func (r *run) newPlaces() error {
+	job := &r.job
+	var err error
+	if r.srcPlace, err = newPlace(job.Src, job.SrcRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.srcName(), err)
+	}
+	if r.tmpPlace, err = newPlace(r.tmpPath, job.DstRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.dstName(), err)
+	}
+	if r.dstPlace, err = newPlace(r.dst, job.DstRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.dstName(), err)
+	}
+	if job.Batch != nil {
+		if r.dirPlace, err = newPlace(filepath.Dir(r.dst), job.DstRoot); err != nil {
+			return fmt.Errorf("%s: %w", r.dstName(), err)
+		}
+	}
+	return nil
 }
 
 // interrupted returns err unchanged unless it is the end of the context,
@@ -473,11 +503,11 @@ func (r *run) openTemp() error {
 	if b := r.job.Batch; b != nil {
 		// The Batch's, opened once for all its copies to that directory;
 		// the Batch makes the new directories durable.
-		dir, names, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
+		d, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
 		if err != nil {
 			return err
 		}
-		r.dir, r.dirBorrowed, r.dirNames = dir, true, names
+		r.dir, r.dirBorrowed, r.dirNames, r.dirDev, r.dirIno = d.fd, true, d.names, d.dev, d.ino
 	} else {
 		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
 		if err != nil {
@@ -527,7 +557,7 @@ func (r *run) openTemp() error {
 // the reason when the partial copy cannot be resumed.
 func (r *run) resume() (ok bool, why string, err error) {
 	w := r.job.Written
-	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_NOFOLLOW, 0)
+	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return false, fmt.Sprintf("partial copy %s is missing", r.tmpPath), nil
 	}
@@ -546,34 +576,23 @@ func (r *run) resume() (ok bool, why string, err error) {
 		return false, "", fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(st.Mode))
 	}
 	r.tmpStat = st
-	// The bytes of the partial copy are the source's only if the source is
-	// still the file they were read from, which no daemon may have watched.
-	switch rec, ok := recordedIdentity(fd); {
-	case !ok:
-		_ = r.closeTemp()
-		return false, fmt.Sprintf("partial copy %s carries no record of the source it was read from", r.tmpPath), nil
-	case rec != r.srcID.record():
-		_ = r.closeTemp()
-		return false, fmt.Sprintf("the source changed since partial copy %s was written (it is now %s)", r.tmpPath, r.srcID), nil
+	rec, why, err := r.resumable(&st)
+	if errors.Is(err, ErrPartialForeign) {
+		// The name leads to another owner's partial copy: whatever this
+		// copy made durable there is gone, and WRITTEN must not claim it.
+		_ = r.commit(0, 0)
 	}
-	r.identity = true
-	if st.Size < w {
+	if err != nil || why != "" {
 		_ = r.closeTemp()
-		return false, fmt.Sprintf("partial copy %s holds %d bytes, fewer than WRITTEN %d", r.tmpPath, st.Size, w), nil
-	}
-	if st.Size > w {
-		if err := ftruncate(fd, w); err != nil {
-			return false, "", osErr(r.dstName(), "cannot truncate partial copy "+r.tmpPath, err)
-		}
+		return false, why, err
 	}
 	r.tempSize, r.pos, r.kicked, r.dropped = w, w, w, w
-	r.res.Written = w
-	// The CRC of the prefix: from the source when the copy is to be verified
-	// against it, else from the partial copy itself.
+	if why, err := r.checkCommitted(rec); err != nil || why != "" {
+		_ = r.closeTemp()
+		return false, why, err
+	}
 	if r.c.o.VerifyAfter || r.check != nil {
 		r.crc, err = r.crcOf(r.src, &r.seg, w, r.srcName(), r.check)
-	} else {
-		r.crc, err = r.crcOf(fd, &segmenter{fd: fd}, w, r.dstName()+": partial copy "+r.tmpPath, nil)
 	}
 	if rf := (*refusal)(nil); errors.As(err, &rf) {
 		return false, "", r.refuse(rf.err)
@@ -581,9 +600,79 @@ func (r *run) resume() (ok bool, why string, err error) {
 	if err != nil {
 		return false, "", err
 	}
+	if st.Size > w {
+		if err := ftruncate(fd, w); err != nil {
+			return false, "", osErr(r.dstName(), "cannot truncate partial copy "+r.tmpPath, err)
+		}
+	}
+	// A token of this copy's own from here on: the copy that wrote the
+	// bytes before is over.
+	r.rec = partialRecord{owner: r.c.owner, token: newToken(), src: r.srcID.record(), ino: st.Ino, written: w, crc: r.crc}
+	if r.recorded = writeRecord(fd, r.rec); !r.recorded {
+		_ = r.closeTemp()
+		return false, fmt.Sprintf("partial copy %s cannot keep its record", r.tmpPath), nil
+	}
+	r.res.Written = w
 	r.crcPos = w
 	r.lastSync = time.Now()
 	return true, "", nil
+}
+
+// checkCommitted sets r.crc to the CRC32 of the partial copy's first
+// job.Written bytes once sure that they are the ones the last commit made
+// durable: the CRC32 of the bytes the record vouches for is read from the
+// partial copy and compared with the record (a record of a later commit
+// than WRITTEN, from a crash between the two, vouches for its own length).
+// It returns why not when they differ.
+func (r *run) checkCommitted(rec partialRecord) (string, error) {
+	w, fd := r.job.Written, r.tmp
+	who := r.dstName() + ": partial copy " + r.tmpPath
+	got, err := r.crcOf(fd, &segmenter{fd: fd}, rec.written, who, nil)
+	if err != nil {
+		return "", err
+	}
+	if got != rec.crc {
+		return fmt.Sprintf("partial copy %s was written by someone else since the last commit: its first %d bytes have CRC32 %#08x, %#08x when committed",
+			r.tmpPath, rec.written, got, rec.crc), nil
+	}
+	if rec.written != w {
+		if got, err = r.crcOf(fd, &segmenter{fd: fd}, w, who, nil); err != nil {
+			return "", err
+		}
+	}
+	r.crc = got
+	return "", nil
+}
+
+// resumable returns the record of the partial copy open at r.tmp (whose
+// status is st), or why it cannot be resumed at job.Written: a copy that
+// no daemon watched may have been written by others meanwhile. A partial
+// copy of another owner is no reason to start again: it is not this
+// copy's to empty (ErrPartialForeign).
+func (r *run) resumable(st *unix.Stat_t) (partialRecord, string, error) {
+	w := r.job.Written
+	rec, ok, err := readRecord(r.tmp)
+	switch {
+	case err != nil:
+		return rec, fmt.Sprintf("partial copy %s carries a record that does not decode (%v)", r.tmpPath, err), nil
+	case !ok:
+		return rec, fmt.Sprintf("partial copy %s carries no record of the source it was read from", r.tmpPath), nil
+	case rec.owner != r.c.owner:
+		return rec, "", fmt.Errorf("%s: partial copy %s: %w; left alone, will try again", r.dstName(), r.tmpPath, ErrPartialForeign)
+	case rec.src != r.srcID.record():
+		return rec, fmt.Sprintf("the source changed since partial copy %s was written (it is now %s)", r.tmpPath, r.srcID), nil
+	case rec.ino != st.Ino:
+		return rec, fmt.Sprintf("partial copy %s is another file (inode %d) than the one committed (inode %d): replaced", r.tmpPath, st.Ino, rec.ino), nil
+	case st.Uid != uint32(unix.Geteuid()) || st.Mode&0o077 != 0:
+		return rec, fmt.Sprintf("partial copy %s could be written by others (owner %d, mode %#o)", r.tmpPath, st.Uid, st.Mode&0o7777), nil
+	case st.Size < w:
+		return rec, fmt.Sprintf("partial copy %s holds %d bytes, fewer than WRITTEN %d", r.tmpPath, st.Size, w), nil
+	case rec.written < w:
+		return rec, fmt.Sprintf("partial copy %s was last committed at %d bytes, fewer than WRITTEN %d", r.tmpPath, rec.written, w), nil
+	case st.Size < rec.written:
+		return rec, fmt.Sprintf("partial copy %s holds %d bytes, fewer than the %d of its last commit", r.tmpPath, st.Size, rec.written), nil
+	}
+	return rec, "", nil
 }
 
 // createTemp creates (or empties) the partial copy and its directories.
@@ -600,20 +689,19 @@ func (r *run) createTemp() error {
 		// copy that recorded no progress (a lone copy, or one killed before
 		// its rename over DESTINATION): it is reclaimed here, as a named
 		// copy from 0 would reclaim it, or it would outlive the flush.
+		// One of another owner is left alone: an unnamed copy needs the
+		// name only if DESTINATION exists (see nameAnon).
 		if r.anon && r.dirNames.mayHave(r.tmpName) {
-			if err := r.removeStalePartial(); err != nil {
+			if err := r.removeStalePartial(); err != nil && !errors.Is(err, ErrPartialForeign) {
 				_ = unix.Close(fd)
 				return err
 			}
 		}
 	}
 	if !r.anon {
-		// Not O_TRUNC: a partial copy another process holds locked must
-		// not be touched, so it is emptied only once its lock is taken.
 		var err error
-		fd, err = openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW, 0o666)
-		if err != nil {
-			return osErr(r.dstName(), "cannot create partial copy "+r.tmpPath, err)
+		if fd, err = r.createNamed(); err != nil {
+			return err
 		}
 	}
 	r.tmp = fd
@@ -628,32 +716,45 @@ func (r *run) createTemp() error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(st.Mode))
-	}
-	if st.Size > 0 {
-		if err := ftruncate(fd, 0); err != nil {
-			return osErr(r.dstName(), "cannot empty partial copy "+r.tmpPath, err)
-		}
-	}
 	r.tmpStat = st
-	switch {
-	case r.job.Batch == nil:
-		recordIdentity(fd, r.srcID)
-		r.identity = true
-	case r.anon:
-		// New, and never resumed: it carries no identity.
-	default:
-		// Recorded before the first commit of partial progress, if any: a
-		// small file of a batch usually has none, and its partial copy is
-		// never resumed from 0.
-		dropIdentity(fd)
+	if !r.anon && r.job.Batch == nil {
+		// A lone copy's partial copy carries its owner and token from the
+		// start, so that no other writer takes it for a stale one. An
+		// unnamed one carries none, and a batch's named one (on a file
+		// system without O_TMPFILE, where each is a round trip to a
+		// server) gets one only if it commits progress: it is published
+		// within its group, its creation with O_EXCL and the checks of its
+		// name being what keeps other writers' bytes from being claimed.
+		r.rec = partialRecord{owner: r.c.owner, token: newToken(), src: r.srcID.record(), ino: st.Ino}
+		r.recorded = writeRecord(fd, r.rec)
 	}
 	r.dirsPending = true
 	r.tempSize, r.pos, r.crc, r.crcPos, r.kicked, r.dropped = 0, 0, 0, 0, 0, 0
 	r.res.Written = 0
 	r.lastSync = time.Now()
 	return nil
+}
+
+// createNamed creates the named partial copy, 0600 (the final mode is
+// given when it is published), and only as a new file (O_EXCL): a file
+// found at the name is never emptied or written, since where file locks
+// are node-local or missing its writer may be at work on another node.
+// One of this owner's, or one without a record, that no writer holds
+// locked is removed and the name taken afresh; one of another owner is
+// left alone (ErrPartialForeign).
+func (r *run) createNamed() (int, error) {
+	for tries := 0; ; tries++ {
+		fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		if err == nil {
+			return fd, nil
+		}
+		if !errors.Is(err, unix.EEXIST) || tries == 2 {
+			return -1, osErr(r.dstName(), "cannot create partial copy "+r.tmpPath, err)
+		}
+		if err := r.removeStalePartial(); err != nil {
+			return -1, err
+		}
+	}
 }
 
 // copyData copies the data ranges of [pos,Size), committing batches.
@@ -693,9 +794,11 @@ func (r *run) copyData() error {
 			// the copy (the partial copy ends before them until extended).
 			hole := r.seg.inTail(off) && allZero(p)
 			if !hole {
+				began := t.clock()
 				if err := pwriteFull(r.tmp, p, off); err != nil {
 					return osErr(r.dstName(), "cannot write partial copy "+r.tmpPath, err)
 				}
+				t.observe(began, autobw.Write, int64(n))
 			}
 			if r.check != nil {
 				if err := r.check.Feed(off, p); err != nil {
@@ -732,12 +835,26 @@ func (r *run) copyData() error {
 
 // syncCommit makes [0,pos) durable and commits pos.
 func (r *run) syncCommit() error {
-	if !r.identity {
-		recordIdentity(r.tmp, r.srcID)
-		r.identity = true
-	}
 	if err := r.syncTemp(r.pos); err != nil {
 		return err
+	}
+	return r.commitSynced()
+}
+
+// commitSynced commits pos, made durable, once sure the bytes are this
+// copy's, at DESTINATION's partial-copy path, read from the source.
+func (r *run) commitSynced() error {
+	if err := r.checkToken(); err != nil {
+		return err
+	}
+	if r.recorded || !r.anon && r.rec.token == "" {
+		// After the fsync: the record never describes bytes that are not
+		// durable. A record lost in a crash makes the resume start from 0.
+		if r.rec.token == "" { // a batch's first commit of progress
+			r.rec = partialRecord{owner: r.c.owner, token: newToken(), src: r.srcID.record(), ino: r.tmpStat.Ino}
+		}
+		r.rec.written, r.rec.crc = r.pos, r.crc
+		r.recorded = writeRecord(r.tmp, r.rec)
 	}
 	if err := r.syncDirs(); err != nil {
 		return err
@@ -754,6 +871,46 @@ func (r *run) syncCommit() error {
 	r.res.Written = r.pos
 	if err := r.commit(r.pos, r.crc); err != nil {
 		return fmt.Errorf("%s: recording %d bytes durable: %w", r.srcName(), r.pos, err)
+	}
+	return nil
+}
+
+// checkToken fails unless the partial copy still carries the record this
+// copy last wrote on it: a writer that took the file over (where locks are
+// node-local or missing, another node's daemon serving the same
+// DESTINATION) writes its own record with its own token, so the bytes are
+// not claimed. Without a record (no user extended attributes) there is
+// nothing to check: the creation with O_EXCL and the checks of the name
+// are then the only defence (see docs).
+func (r *run) checkToken() error {
+	if !r.recorded {
+		return nil
+	}
+	if hasRecord(r.tmp, r.rec) {
+		return nil
+	}
+	rec, ok, err := readRecord(r.tmp)
+	detail := "it carries no record now"
+	if ok {
+		detail = fmt.Sprintf("its record is another writer's (token %s, not %s)", rec.token, r.rec.token)
+	} else if err != nil {
+		detail = err.Error()
+	}
+	// The file is someone else's now: not removed, only left.
+	_ = r.closeTemp()
+	r.forget()
+	return fmt.Errorf("%s: %w: partial copy %s: %s; nothing of it is claimed", r.dstName(), ErrPartialTaken, r.tmpPath, detail)
+}
+
+// finalMode gives the partial copy, created 0600 so that only the daemon
+// writes it, the mode of a file created under the process's umask, just
+// before it is published.
+func (r *run) finalMode() error {
+	if r.tmpStat.Mode&0o7777 == r.c.mode {
+		return nil
+	}
+	if err := retry(func() error { return unix.Fchmod(r.tmp, r.c.mode) }); err != nil {
+		return osErr(r.dstName(), "cannot set the mode of partial copy "+r.tmpPath, err)
 	}
 	return nil
 }
@@ -850,9 +1007,11 @@ func (r *run) syncTemp(size int64) error {
 	if err := r.extendTemp(size); err != nil {
 		return err
 	}
+	began := r.c.t.clock()
 	if err := fsync(r.tmp); err != nil {
 		return osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, err)
 	}
+	r.c.t.observe(began, autobw.Commit, r.unsynced)
 	r.unsynced, r.lastSync = 0, time.Now()
 	r.dropCache()
 	return nil
@@ -906,13 +1065,56 @@ func (r *run) syncDirs() error {
 	return nil
 }
 
-// saveProgress commits what has been copied when a copy is interrupted.
+// stopSyncWait bounds how long an interrupted copy waits for the fsync of
+// what it copied since its last commit. On a slow destination that fsync
+// may write tens of MiB (up to SyncBytes) for tens of seconds, while the
+// library waits for STOPPED (SCR_Finalize sends STOP and waits): past the
+// bound, what was committed stands and the unsynced tail is not claimed.
+const stopSyncWait = time.Second
+
+// saveProgress commits what has been copied when a copy is interrupted,
+// if it can be made durable within stopSyncWait.
 func (r *run) saveProgress() error {
 	// An unnamed partial copy cannot be resumed: its bytes go with it.
 	if r.tmp < 0 || r.anon || r.pos <= r.res.Written || r.pos >= r.job.Size {
 		return nil
 	}
-	return r.syncCommit()
+	if err := r.extendTemp(r.pos); err != nil {
+		return err
+	}
+	synced, err := r.syncWithin(stopSyncWait)
+	if err != nil || !synced {
+		return err
+	}
+	return r.commitSynced()
+}
+
+// syncWithin fsyncs the partial copy, waiting at most d. It reports false
+// when the fsync takes longer: it goes on in the background, and the
+// partial copy's descriptor (with its lock) is closed once it returns;
+// the copy has no partial copy open any more.
+func (r *run) syncWithin(d time.Duration) (bool, error) {
+	fd := r.tmp
+	done := make(chan error, 1)
+	go func() { done <- fsync(fd) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return false, osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, err)
+		}
+		r.unsynced, r.lastSync = 0, time.Now()
+		r.dropCache()
+		return true, nil
+	case <-t.C:
+		r.tmp = -1
+		go func() {
+			<-done
+			_ = unix.Close(fd)
+		}()
+		return false, nil
+	}
 }
 
 // finish completes the partial copy, verifies it if asked, publishes it
@@ -1034,8 +1236,12 @@ func (r *run) publish() error {
 // name is still ours and still where DESTINATION leads.
 func (r *run) place() error {
 	if r.anon {
-		// Nothing can have removed, replaced or moved a file without a
-		// name; where DESTINATION leads is checked afterwards.
+		// Nothing can have removed or replaced a file without a name, but
+		// its directory may have moved: the link, and a rename over a file
+		// kept there, would land in the moved directory.
+		if err := r.checkDirPlace(); err != nil {
+			return err
+		}
 		if err := r.linkAnon(); err != nil {
 			return err
 		}
@@ -1046,7 +1252,13 @@ func (r *run) place() error {
 		if err := r.checkTempPlace(); err != nil {
 			return err
 		}
-		if r.identity {
+		if err := r.checkToken(); err != nil {
+			return err
+		}
+		if err := r.finalMode(); err != nil {
+			return err
+		}
+		if r.recorded {
 			dropIdentity(r.tmp)
 		}
 		if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
@@ -1055,6 +1267,25 @@ func (r *run) place() error {
 	}
 	r.dirsPending = true
 	return nil
+}
+
+// checkDirPlace fails unless DESTINATION's directory, looked up afresh
+// (from the root when confined), is still the directory the Batch opened
+// and the copy was made in: the check checkTempPlace makes for a named
+// partial copy, for an unnamed one, before it is linked. An unnamed copy
+// that fails it leaves nothing behind.
+func (r *run) checkDirPlace() error {
+	var st unix.Stat_t
+	err := r.dirPlace.stat(&st)
+	if err == nil && st.Dev == r.dirDev && st.Ino == r.dirIno {
+		return nil
+	}
+	detail := "leads to another directory"
+	if err != nil {
+		detail = fmt.Sprintf("cannot be looked up (%v)", err)
+	}
+	return fmt.Errorf("%s: %w: %s %s than the one the copy was made in; nothing was linked%s",
+		r.dstName(), ErrDestinationMoved, r.dirPlace.path, detail, r.discardTemp())
 }
 
 // checkPlaced makes sure that DESTINATION, resolved afresh (from the root
@@ -1067,12 +1298,31 @@ func (r *run) checkPlaced() error {
 		if err != nil {
 			detail = fmt.Sprintf("cannot be looked up (%v)", err)
 		}
+		detail += r.unlink()
 		_ = r.closeTemp()
 		r.forget()
 		return fmt.Errorf("%s: %w: after publishing, %s %s; the copy went to the directory's old place and is not recorded",
 			r.dstName(), ErrDestinationMoved, r.dst, detail)
 	}
 	return nil
+}
+
+// unlink undoes the link of an unnamed copy that replaced nothing
+// (linked), when it went to a directory that moved meanwhile: the name is
+// removed while it still leads to the copy. A rename over a file cannot be
+// undone. It returns a note for the error message.
+func (r *run) unlink() string {
+	if !r.linked || r.dir < 0 {
+		return ""
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&st, &r.tmpStat) {
+		return ""
+	}
+	if err := unix.Unlinkat(r.dir, r.base, 0); err != nil {
+		return fmt.Sprintf(" (removing it from there failed: %v)", err)
+	}
+	return "; it was removed from there"
 }
 
 // renameFailed reports that the partial copy could not be renamed over

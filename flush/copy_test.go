@@ -430,6 +430,7 @@ func TestSparseResume(t *testing.T) {
 	if err := os.Truncate(TempPath(dst), w); err != nil {
 		t.Fatal(err)
 	}
+	recommit(t, dst, src) // as a commit at 3 MiB would have recorded it
 	log = newCommitLog(t, want, dst)
 	res, err = c.Copy(context.Background(), Job{Src: src, Dst: dst, Size: size, Written: w}, log.commit)
 	if err != nil {

@@ -7,6 +7,12 @@
 //     under its final name only once it is complete and durable;
 //   - resumable: the partial copy lives next to the destination (TempPath)
 //     and no reported offset ever exceeds what a later resume finds there;
+//   - the daemon's own: a partial copy is created 0600 and only as a new
+//     file, carries a record of its owner (Options.Owner), of a token of
+//     the copy writing it and of its last commit, and is never written,
+//     resumed or removed by another owner; a copy whose record changed
+//     under it claims nothing, and a resume starts from 0 when the partial
+//     copy is not, byte for byte, what the last commit made durable;
 //   - throttled: a Throttle shared by all copies of a daemon limits the
 //     bandwidth (a token bucket over the bytes copied, which starts empty
 //     and does not fill while no copy is under way) and PERCENT, the share

@@ -27,6 +27,16 @@ var (
 	// ErrPartialLocked: another process holds the lock of the partial copy,
 	// so it is writing the same DESTINATION.
 	ErrPartialLocked = errors.New("the partial copy is locked by another process writing the same DESTINATION")
+	// ErrPartialForeign: the partial copy at DESTINATION's partial-copy name
+	// was written for another transfer file or on another node (its
+	// record says so): it is neither written, emptied, resumed nor
+	// removed, and the copy is tried again later.
+	ErrPartialForeign = errors.New("the partial copy belongs to the copy of another transfer file or node")
+	// ErrPartialTaken: the partial copy's record no longer carries this
+	// copy's token: another writer took the file over (where file locks
+	// are node-local or missing), so its bytes are not this copy's and are
+	// not claimed.
+	ErrPartialTaken = fmt.Errorf("%w: another writer took the partial copy over", ErrDestinationChanged)
 	// ErrNotRegular: the source (or the partial copy) is not a regular file.
 	ErrNotRegular = errors.New("not a regular file")
 	// ErrDestinationChanged: the partial copy was removed or replaced by

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -356,4 +358,32 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// processUmask returns the process's file mode creation mask, read from
+// /proc/self/status (Linux 4.7 and later) without changing it; where that
+// line is missing it is set and restored, at the start of a Copier, before
+// any of its files is created.
+func processUmask() uint32 {
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		if m, ok := parseUmask(string(b)); ok {
+			return m
+		}
+	}
+	m := unix.Umask(0o022)
+	unix.Umask(m)
+	return uint32(m)
+}
+
+// parseUmask returns the mask of the "Umask:" line of a /proc/PID/status.
+func parseUmask(status string) (uint32, bool) {
+	for line := range strings.Lines(status) {
+		v, ok := strings.CutPrefix(line, "Umask:")
+		if !ok {
+			continue
+		}
+		m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32)
+		return uint32(m) & 0o777, err == nil
+	}
+	return 0, false
 }

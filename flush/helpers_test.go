@@ -38,16 +38,35 @@ func writeFile(t testing.TB, path string, data []byte) {
 	}
 }
 
-// writePartial writes data as the partial copy of dst made from src: with
-// the record of src's identity that a Copy would have kept on it.
+// writePartial writes data as the partial copy of dst made from src, 0600,
+// with the record a Copy (of the default owner) would have kept on it
+// after committing all of data.
 func writePartial(t testing.TB, dst, src string, data []byte) {
 	t.Helper()
-	writeFile(t, TempPath(dst), data)
-	var st unix.Stat_t
+	if err := os.WriteFile(TempPath(dst), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recommit(t, dst, src)
+}
+
+// recommit writes on the partial copy of dst the record a Copy of src (of
+// the default owner) would have kept on it after committing all its bytes.
+func recommit(t testing.TB, dst, src string) {
+	t.Helper()
+	data, err := os.ReadFile(TempPath(dst))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st, pst unix.Stat_t
 	if err := unix.Stat(src, &st); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Setxattr(TempPath(dst), identityXattr, []byte(identityOf(&st).record()), 0); err != nil {
+	if err := unix.Stat(TempPath(dst), &pst); err != nil {
+		t.Fatal(err)
+	}
+	rec := partialRecord{owner: ownerDigest(""), token: "test", src: identityOf(&st).record(), ino: pst.Ino,
+		written: int64(len(data)), crc: crc32.ChecksumIEEE(data)}
+	if err := unix.Setxattr(TempPath(dst), identityXattr, []byte(rec.encode()), 0); err != nil {
 		t.Skipf("no user extended attributes here (%v): a partial copy cannot be resumed", err)
 	}
 }

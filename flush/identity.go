@@ -1,19 +1,23 @@
 package flush
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // identityXattr is the extended attribute of a partial copy that records
-// the identity of the source its bytes were read from. It travels with the
+// who wrote it and the identity of the source its bytes were read from (a
+// partialRecord). It travels with the
 // bytes it describes: a partial copy that is replaced, removed or written by
 // someone else takes (or loses) its record with it, and no other file, the
 // transfer file included, has to be kept in step with it. Where the file
@@ -64,14 +68,152 @@ func (id identity) differs(now identity) string {
 	return ""
 }
 
-// recordIdentity stores id on the partial copy fd. A file system without
-// user extended attributes (or refusing this one) keeps no record: the
-// copy goes on, and a later resume will start again from 0.
-func recordIdentity(fd int, id identity) {
-	if err := retry(func() error { return unix.Fsetxattr(fd, identityXattr, []byte(id.record()), 0) }); err != nil {
+// partialRecord is what identityXattr holds on a partial copy: who wrote
+// it, the copy that wrote it, the source its bytes were read from, and the
+// partial copy's own state at its last commit.
+//
+//   - owner: a digest of Options.Owner (the transfer file served and the
+//     host): a partial copy of another owner is never written, emptied,
+//     resumed or removed;
+//   - token: drawn afresh by each copy when it creates or resumes the
+//     partial copy, and checked at every commit and before publishing:
+//     another writer that took the file over (where locks cannot exclude
+//     it) writes its own record, so the copy never claims bytes it did not
+//     write;
+//   - src: the source's identity (identity.record);
+//   - ino, written, crc: the partial copy's inode, and the bytes made
+//     durable at the last commit with their CRC32. A resume compares them
+//     with the file it finds and with the CRC32 of its first written bytes
+//     (which it reads anyway): a partial copy replaced (even with this
+//     record copied along) or edited while no daemon ran is copied again
+//     from 0. The content is compared rather than the status change time,
+//     which the copy's own writes after its last commit move.
+type partialRecord struct {
+	owner, token, src string
+	ino               uint64
+	written           int64
+	crc               uint32
+}
+
+// recordVersion starts every partialRecord's encoding.
+const recordVersion = "v2"
+
+// encode returns the record's form in identityXattr.
+func (p partialRecord) encode() string {
+	var b [recordMax]byte
+	return string(p.appendTo(b[:0]))
+}
+
+// recordMax bounds the size of an encoded record.
+const recordMax = 256
+
+// appendTo appends the record's form in identityXattr to b, allocating
+// nothing when b has room: it is written at every commit.
+func (p partialRecord) appendTo(b []byte) []byte {
+	b = append(b, recordVersion...)
+	b = append(append(b, " o="...), p.owner...)
+	b = append(append(b, " t="...), p.token...)
+	b = append(append(b, " s="...), p.src...)
+	b = strconv.AppendUint(append(b, " i="...), p.ino, 10)
+	b = strconv.AppendInt(append(b, " w="...), p.written, 10)
+	b = append(b, " c="...)
+	for shift := 28; shift >= 0; shift -= 4 {
+		b = append(b, "0123456789abcdef"[p.crc>>uint(shift)&0xf])
+	}
+	return b
+}
+
+// errBadRecord reports a record that does not decode.
+var errBadRecord = errors.New("malformed partial copy record")
+
+// parseRecord decodes an encoded partialRecord.
+func parseRecord(s string) (partialRecord, error) {
+	var p partialRecord
+	f := strings.Fields(s)
+	if len(f) != 7 || f[0] != recordVersion {
+		return p, fmt.Errorf("%w: %q", errBadRecord, s)
+	}
+	vals := make(map[string]string, 6)
+	for _, kv := range f[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || v == "" {
+			return p, fmt.Errorf("%w: field %q", errBadRecord, kv)
+		}
+		vals[k] = v
+	}
+	p.owner, p.token, p.src = vals["o"], vals["t"], vals["s"]
+	ino, err1 := strconv.ParseUint(vals["i"], 10, 64)
+	w, err2 := strconv.ParseInt(vals["w"], 10, 64)
+	crc, err3 := strconv.ParseUint(vals["c"], 16, 32)
+	if p.owner == "" || p.token == "" || p.src == "" || err1 != nil || err2 != nil || err3 != nil || w < 0 {
+		return partialRecord{}, fmt.Errorf("%w: %q", errBadRecord, s)
+	}
+	p.ino, p.written, p.crc = ino, w, uint32(crc)
+	return p, nil
+}
+
+// ownerDigest is the owner field of the records written for the owner
+// named by Options.Owner.
+func ownerDigest(owner string) string {
+	sum := sha256.Sum256([]byte("owner\x00" + owner))
+	return hex.EncodeToString(sum[:8])
+}
+
+// newToken returns a fresh random token for a copy.
+func newToken() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand does not fail on Linux; should it, a token from
+		// the clock still tells one copy from another.
+		return strconv.FormatInt(time.Now().UnixNano(), 16)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// writeRecord stores rec on the partial copy fd. It reports false when
+// the file system keeps no user extended attributes (or refuses this
+// one): the copy goes on without a record, and a later resume starts
+// again from 0, which costs time but never correctness.
+func writeRecord(fd int, rec partialRecord) bool {
+	var b [recordMax]byte
+	enc := rec.appendTo(b[:0])
+	if err := retry(func() error { return fsetxattr(fd, enc) }); err != nil {
 		// Never leave an older record standing for these new bytes.
 		_ = unix.Fremovexattr(fd, identityXattr)
+		return false
 	}
+	return true
+}
+
+// xattrName is identityXattr as the system calls take it.
+var xattrName = [...]byte{'u', 's', 'e', 'r', '.', 's', 'c', 'r', '-', 't', 'r', 'a', 'n', 's', 'f', 'e', 'r', 'd', '.', 's', 'o', 'u', 'r', 'c', 'e', 0}
+
+// fsetxattr sets identityXattr of fd to val, allocating nothing.
+func fsetxattr(fd int, val []byte) error {
+	_, _, e := unix.Syscall6(unix.SYS_FSETXATTR, uintptr(fd), uintptr(unsafe.Pointer(&xattrName[0])),
+		uintptr(unsafe.Pointer(unsafe.SliceData(val))), uintptr(len(val)), 0, 0)
+	return errnoErr(e)
+}
+
+// fgetxattr reads identityXattr of fd into buf, allocating nothing.
+func fgetxattr(fd int, buf []byte) (int, error) {
+	n, _, e := unix.Syscall6(unix.SYS_FGETXATTR, uintptr(fd), uintptr(unsafe.Pointer(&xattrName[0])),
+		uintptr(unsafe.Pointer(unsafe.SliceData(buf))), uintptr(len(buf)), 0, 0)
+	return int(n), errnoErr(e)
+}
+
+// hasRecord tells whether the partial copy fd carries exactly rec, reading
+// it without allocating: it is checked at every commit.
+func hasRecord(fd int, rec partialRecord) bool {
+	var want, got [recordMax]byte
+	enc := rec.appendTo(want[:0])
+	var n int
+	err := retry(func() error {
+		var err error
+		n, err = fgetxattr(fd, got[:])
+		return err
+	})
+	return err == nil && string(got[:n]) == string(enc)
 }
 
 // dropIdentity removes the record before the partial copy is published:
@@ -80,20 +222,21 @@ func dropIdentity(fd int) {
 	_ = unix.Fremovexattr(fd, identityXattr)
 }
 
-// recordedIdentity returns the identity recorded on the partial copy fd,
-// ok=false when there is none.
-func recordedIdentity(fd int) (string, bool) {
-	buf := make([]byte, 256)
+// readRecord returns the record kept on the partial copy fd: ok=false
+// when there is none, err when there is one that does not decode.
+func readRecord(fd int) (rec partialRecord, ok bool, err error) {
+	var buf [recordMax]byte
 	var n int
-	err := retry(func() error {
+	err = retry(func() error {
 		var err error
-		n, err = unix.Fgetxattr(fd, identityXattr, buf)
+		n, err = fgetxattr(fd, buf[:])
 		return err
 	})
-	if err != nil || n <= 0 || n >= len(buf) {
-		return "", false
+	if err != nil || n <= 0 {
+		return rec, false, nil
 	}
-	return string(buf[:n]), true
+	rec, err = parseRecord(string(buf[:n]))
+	return rec, err == nil, err
 }
 
 // lockPartial takes the exclusive lock of a partial copy without waiting,

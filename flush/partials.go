@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -58,10 +59,14 @@ func Partials(dir, root string) ([]string, error) {
 
 // RemovePartial removes the partial copy at path (which must have a partial
 // copy's name), resolved beneath root when root is set, unless another
-// process holds its lock: then it returns an error wrapping
-// ErrPartialLocked and leaves it. It reports whether it removed a file; a
+// process holds its lock (an error wrapping ErrPartialLocked) or its
+// record says it was written for another owner than owner (see
+// Options.Owner; an error wrapping ErrPartialForeign): then it is left.
+// One without a record (written before records were kept, or where the
+// file system keeps no extended attributes) has no known owner and is
+// removed when unlocked. It reports whether it removed a file; a
 // missing one is no error.
-func RemovePartial(path, root string) (bool, error) {
+func RemovePartial(path, root, owner string) (bool, error) {
 	if !IsPartialName(path) {
 		return false, fmt.Errorf("%s: %w: not a partial copy's name", path, ErrInvalidJob)
 	}
@@ -92,6 +97,9 @@ func RemovePartial(path, root string) (bool, error) {
 		}
 		return false, osErr("partial copy "+path, "cannot lock", err)
 	}
+	if err := partialOwnedBy(fd, ownerDigest(owner)); err != nil {
+		return false, fmt.Errorf("partial copy %s: %w", path, err)
+	}
 	// Remove the name only while it still leads to the file locked here.
 	var now unix.Stat_t
 	if err := unix.Fstatat(dirFD, base, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&now, &st) {
@@ -104,4 +112,32 @@ func RemovePartial(path, root string) (bool, error) {
 		return false, osErr("partial copy "+path, "cannot remove", err)
 	}
 	return true, nil
+}
+
+// partialOwnedBy returns an error wrapping ErrPartialForeign when the
+// partial copy open at fd carries a record of another owner than the
+// digest owner; one without a record, or whose record does not decode,
+// has no owner to respect.
+func partialOwnedBy(fd int, owner string) error {
+	rec, ok, _ := readRecord(fd)
+	if ok && rec.owner != owner {
+		return fmt.Errorf("%w (record %s); left alone", ErrPartialForeign, rec.encode())
+	}
+	return nil
+}
+
+// abandonedAfter is how long another owner's partial copy must have been
+// left unchanged before a copy that needs its name removes it: a copy
+// under way rewrites its record at every commit (every SyncInterval at
+// most), while the partial copy of a node that died, whose files SCR
+// rebuilds and flushes from another node to the same DESTINATION, would
+// otherwise keep that DESTINATION from ever being written. Its owner,
+// should it come back, finds the name taken and copies again from 0. The
+// start-time sweep never removes another owner's partial copy.
+const abandonedAfter = time.Hour
+
+// abandoned tells whether a partial copy whose status is st has been left
+// unchanged (its status change time) for abandonedAfter at now.
+func abandoned(st *unix.Stat_t, now time.Time) bool {
+	return now.Sub(time.Unix(st.Ctim.Unix())) >= abandonedAfter
 }

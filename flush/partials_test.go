@@ -46,7 +46,7 @@ func TestRemovePartial(t *testing.T) {
 		{TempPath(filepath.Join(dir, "missing", "x")), false, nil},
 	}
 	for _, tc := range tests {
-		removed, err := RemovePartial(tc.path, "")
+		removed, err := RemovePartial(tc.path, "", "")
 		if removed != tc.removed || (tc.err == nil) != (err == nil) || tc.err != nil && !errors.Is(err, tc.err) {
 			t.Errorf("RemovePartial(%s) = %v, %v; want %v, %v", tc.path, removed, err, tc.removed, tc.err)
 		}
@@ -57,7 +57,7 @@ func TestRemovePartial(t *testing.T) {
 		}
 	}
 	// Confined: a path leading outside the root is refused.
-	if _, err := RemovePartial(TempPath(filepath.Join(dir, "..", "x")), dir); !errors.Is(err, errOutside) {
+	if _, err := RemovePartial(TempPath(filepath.Join(dir, "..", "x")), dir, ""); !errors.Is(err, errOutside) {
 		t.Errorf("outside the root: %v", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/scr-transferd/scr-transferd/flush/autobw"
 )
 
 const (
@@ -38,6 +40,14 @@ const (
 	// fires late is credited to the next pause, while a long idle spell buys
 	// no burst of work.
 	maxCredit = minPause
+	// autoChunk is the largest chunk under BW auto, and its bucket size:
+	// each write is a sample of the destination's latency, and a small one
+	// both tells of a queue sooner and adds less to it, while each write
+	// has a cost of its own that 256 KiB keeps small beside its transfer.
+	autoChunk = 256 << 10
+	// autoNotify is the rise of the BW auto rate at which copies waiting
+	// under the old rate re-plan.
+	autoNotify = 1.25
 )
 
 // Throttle limits the bandwidth and the share of wall time of every copy
@@ -57,15 +67,21 @@ const (
 // process uses is at most its working time per busy thread, so PERCENT bounds
 // it too.
 //
+// BW auto (SetAuto) replaces the fixed rate by the one an autobw.Controller
+// sets from the latency of the copy's writes and commits to the
+// destination, reported through observe; BW is then its ceiling.
+//
 // The decisions are made by methods taking the current time (like
 // golang.org/x/time/rate's …At methods), so tests drive them with a fake
 // clock; the pauses themselves use real timers.
 type Throttle struct {
 	mu      sync.Mutex
 	lim     *rate.Limiter
-	bw      float64       // bytes per second; 0 = unlimited
-	pct     float64       // fraction of wall time (0..1); 0 = unlimited
-	changed chan struct{} // closed (and replaced) when a setting changes
+	bw      float64            // BW: bytes per second; 0 = unlimited
+	auto    *autobw.Controller // nil unless BW auto is on
+	limit   float64            // the rate in force: bw, or auto's rate; 0 = unlimited
+	pct     float64            // fraction of wall time (0..1); 0 = unlimited
+	changed chan struct{}      // closed (and replaced) when a setting changes
 
 	burst   time.Duration // burstWork; tests of pausing shorten it
 	copies  int           // Works begun and not ended
@@ -78,6 +94,8 @@ type Throttle struct {
 
 	bwSleeps, pctSleeps atomic.Uint64
 	bwSlept, pctSlept   atomic.Int64
+	measuring           atomic.Bool // auto != nil, read without the lock
+	measured            [2]int64    // bytes reported to auto: writes, commits
 }
 
 // ThrottleStats counts the pauses a Throttle imposed, for metrics.
@@ -88,6 +106,9 @@ type ThrottleStats struct {
 	BWSlept       time.Duration // time paused for the bandwidth limit
 	PercentSleeps uint64        // pauses to keep the working share within PERCENT
 	PercentSlept  time.Duration // time paused for PERCENT
+	// AutoWriteBytes and AutoCommitBytes are the bytes of the writes and
+	// commits whose latency was reported to BW auto.
+	AutoWriteBytes, AutoCommitBytes int64
 }
 
 // NewThrottle returns a Throttle with no limits.
@@ -120,17 +141,107 @@ func (t *Throttle) setBWAt(now time.Time, bytesPerSec float64) {
 	if bytesPerSec == t.bw {
 		return // unchanged: leave waiting copies alone
 	}
-	old := t.bw
 	t.bw = bytesPerSec
-	if bytesPerSec > 0 {
-		t.lim.SetLimitAt(now, rate.Limit(bytesPerSec))
-		t.lim.SetBurstAt(now, burstFor(bytesPerSec))
+	if t.auto != nil {
+		t.auto.SetCeilingAt(now, bytesPerSec)
+	}
+	t.applyLocked(now)
+	t.notifyLocked()
+}
+
+// applyLocked hands the rate in force, BW or BW auto's, to the bucket.
+func (t *Throttle) applyLocked(now time.Time) {
+	lim := t.bw
+	if t.auto != nil {
+		lim = t.auto.Rate()
+	}
+	old := t.limit
+	t.limit = lim
+	if lim > 0 {
+		t.lim.SetLimitAt(now, rate.Limit(lim))
+		t.lim.SetBurstAt(now, t.burstLocked(lim))
 		if old == 0 {
 			// The bucket filled while it was not in use: no burst.
 			t.drainLocked(now, 0)
 		}
 	}
+}
+
+// SetAuto turns BW auto on or off. While on, the rate follows the latency
+// of the copy's operations on the destination (see package autobw), BW is
+// its ceiling, and PERCENT still applies.
+func (t *Throttle) SetAuto(on bool) { t.setAutoAt(time.Now(), on) }
+
+func (t *Throttle) setAutoAt(now time.Time, on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if on == (t.auto != nil) {
+		return
+	}
+	t.auto = nil
+	if on {
+		t.auto = autobw.New(now, t.bw)
+	}
+	t.measuring.Store(on)
+	t.applyLocked(now)
 	t.notifyLocked()
+}
+
+// AutoRate returns BW auto's rate in force averaged over the last few
+// seconds (autobw.AverageTau), for logs and metrics; 0 when BW auto is off.
+func (t *Throttle) AutoRate() float64 { return t.autoRateAt(time.Now()) }
+
+func (t *Throttle) autoRateAt(now time.Time) float64 {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.auto == nil {
+		return 0
+	}
+	return t.auto.AverageAt(now)
+}
+
+// clock returns the time an operation on the destination begins, for
+// observe; the zero time when BW auto is off, so that an unthrottled copy
+// reads no clock it does not need.
+func (t *Throttle) clock() time.Time {
+	if t == nil || !t.measuring.Load() {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// observe reports to BW auto an operation on the destination of n bytes
+// (written, or made durable by an fsync) begun at start, from clock. It is
+// the one place the copy's measurements enter the throttle.
+func (t *Throttle) observe(start time.Time, kind autobw.Kind, n int64) {
+	if start.IsZero() {
+		return
+	}
+	now := time.Now()
+	t.observeAt(now, autobw.Sample{Kind: kind, Bytes: n, Took: now.Sub(start)})
+}
+
+func (t *Throttle) observeAt(now time.Time, s autobw.Sample) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.auto == nil || s.Kind < 0 || int(s.Kind) >= len(t.measured) {
+		return
+	}
+	t.measured[s.Kind] += s.Bytes
+	old := t.limit
+	_, lowered := t.auto.ObserveAt(now, s)
+	t.applyLocked(now)
+
+	switch {
+	case lowered:
+		// Bytes banked at the old rate would go out now, into the queue.
+		t.drainLocked(now, 0)
+	case t.limit >= old*autoNotify:
+		t.notifyLocked()
+	}
 }
 
 // SetPercent sets the share of wall time, in percent, that the daemon may
@@ -159,16 +270,21 @@ func (t *Throttle) unlimited() bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.bw == 0 && t.pct == 0
+	return t.limit == 0 && t.pct == 0
 }
 
 // Stats returns the pauses imposed so far.
 func (t *Throttle) Stats() ThrottleStats {
+	t.mu.Lock()
+	w, c := t.measured[autobw.Write], t.measured[autobw.Commit]
+	t.mu.Unlock()
 	s := ThrottleStats{
-		BWSleeps:      t.bwSleeps.Load(),
-		BWSlept:       time.Duration(t.bwSlept.Load()),
-		PercentSleeps: t.pctSleeps.Load(),
-		PercentSlept:  time.Duration(t.pctSlept.Load()),
+		AutoWriteBytes:  w,
+		AutoCommitBytes: c,
+		BWSleeps:        t.bwSleeps.Load(),
+		BWSlept:         time.Duration(t.bwSlept.Load()),
+		PercentSleeps:   t.pctSleeps.Load(),
+		PercentSlept:    time.Duration(t.pctSlept.Load()),
 	}
 	s.Sleeps = s.BWSleeps + s.PercentSleeps
 	s.Slept = s.BWSlept + s.PercentSlept
@@ -186,6 +302,27 @@ func (t *Throttle) notifyLocked() {
 func burstFor(bw float64) int {
 	b := math.Max(minChunk, math.Max(bw/chunksPerSecond, bw*burstSeconds))
 	return int(math.Min(b, maxBurst))
+}
+
+// burstLocked is the bucket size at a limit of lim bytes per second: under
+// BW auto one chunk, so that no bytes banked while the destination was idle
+// go out at once into a queue that has formed since.
+func (t *Throttle) burstLocked(lim float64) int {
+	if t.auto != nil {
+		return chunkFor(lim, true)
+	}
+	return burstFor(lim)
+}
+
+// chunkFor is the chunk moved at once at a limit of lim bytes per second
+// (before the buffer's size bounds it): 1/chunksPerSecond of a second, at
+// least minChunk, and at most autoChunk under BW auto.
+func chunkFor(lim float64, auto bool) int {
+	c := math.Max(minChunk, lim/chunksPerSecond)
+	if auto {
+		c = math.Min(c, autoChunk)
+	}
+	return int(math.Min(c, maxBurst))
 }
 
 // drainLocked takes from the bucket whatever it holds above level.
@@ -220,7 +357,7 @@ func (t *Throttle) beginAt(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advanceLocked(now)
-	if t.copies == 0 && t.bw > 0 {
+	if t.copies == 0 && t.limit > 0 {
 		t.drainLocked(now, t.held) // no filling while idle
 	}
 	t.copies++
@@ -283,7 +420,7 @@ func (t *Throttle) pauseFor(p float64) time.Duration {
 func (t *Throttle) reserveAt(now time.Time, n int) (int, time.Duration, rate.Reservation, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.bw == 0 {
+	if t.limit == 0 {
 		return n, 0, rate.Reservation{}, t.changed
 	}
 	k := min(n, t.lim.Burst())
@@ -299,16 +436,12 @@ func (t *Throttle) chunkSize(bufSize int) int {
 		return bufSize
 	}
 	t.mu.Lock()
-	bw := t.bw
+	lim, auto := t.limit, t.auto != nil
 	t.mu.Unlock()
-	if bw == 0 {
+	if lim == 0 {
 		return bufSize
 	}
-	c := math.Max(minChunk, bw/chunksPerSecond)
-	if c < float64(bufSize) {
-		return int(c)
-	}
-	return bufSize
+	return min(chunkFor(lim, auto), bufSize)
 }
 
 // Work is one stream of work under a Throttle: a copy, or a verification.

@@ -28,6 +28,7 @@ type Sample struct {
 	FilesWarned    int           // files flushed with a WARNING recorded
 	ThrottleSleeps uint64        // pauses imposed by BW or PERCENT since the start
 	ThrottleSlept  time.Duration // time spent in those pauses
+	BWAuto         float64       // BW auto's rate in force, bytes/s averaged; 0 when off (no series)
 	LastSuccess    time.Time     // when a file last completed; zero if never
 	BWLimit        float64       // BW in force, bytes per second; 0: no limit
 	PercentLimit   float64       // PERCENT in force; 0 (or 100): no limit
@@ -105,6 +106,10 @@ func (t *Textfile) Render(s Sample) []byte {
 	series("scr_transferd_throttle_sleeps_total", "", float64(s.ThrottleSleeps))
 	family("scr_transferd_throttle_sleep_seconds_total", "counter", "Time spent in pauses imposed by the BW and PERCENT limits.")
 	series("scr_transferd_throttle_sleep_seconds_total", "", s.ThrottleSlept.Seconds())
+	if s.BWAuto > 0 {
+		family("scr_transferd_bw_auto_bytes_per_second", "gauge", "Rate in force under --bw auto, bytes/s averaged over about 5 s; present only with --bw auto.")
+		series("scr_transferd_bw_auto_bytes_per_second", "", s.BWAuto)
+	}
 	family("scr_transferd_last_success_timestamp_seconds", "gauge", "Unix time at which a file was last flushed completely; 0 if none yet.")
 	series("scr_transferd_last_success_timestamp_seconds", "", unixSeconds(s.LastSuccess))
 	t.renderLiveness(s, family, series)

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"maps"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -14,24 +12,14 @@ import (
 
 // readmeRows returns the rows of the README's scr-ctl command table:
 // command name -> cells (usage, flags, description), with "\|" unescaped.
-// Rows of the same table in documentation pending its merge into the
-// README (docs/pending/*.md, a "## scr-ctl" section) replace the README's.
 func readmeRows(t *testing.T) map[string][]string {
 	t.Helper()
-	rows := tableRows(t, "../../README.md", true)
-	pending, err := filepath.Glob("../../docs/pending/*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pending {
-		maps.Copy(rows, tableRows(t, p, false))
-	}
-	return rows
+	return tableRows(t, "../../README.md")
 }
 
 // tableRows returns the rows of the scr-ctl command table of the markdown
-// file at path; need: the file must have the section.
-func tableRows(t *testing.T, path string, need bool) map[string][]string {
+// file at path, which must have a "## scr-ctl" section.
+func tableRows(t *testing.T, path string) map[string][]string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -39,11 +27,8 @@ func tableRows(t *testing.T, path string, need bool) map[string][]string {
 	}
 	s := string(b)
 	i := strings.Index(s, "\n## scr-ctl\n")
-	if i < 0 && need {
-		t.Fatalf("%s: no \"## scr-ctl\" section", path)
-	}
 	if i < 0 {
-		return nil
+		t.Fatalf("%s: no \"## scr-ctl\" section", path)
 	}
 	s = s[i+1:]
 	if j := strings.Index(s[1:], "\n## "); j >= 0 {

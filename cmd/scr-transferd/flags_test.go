@@ -87,7 +87,7 @@ func TestREADMEFlagTable(t *testing.T) {
 	documented := map[string]string{} // flag -> default column
 	// Flags added since the README was last restructured are documented
 	// in docs/pending until they are integrated.
-	for _, doc := range []string{"../../README.md", "../../docs/pending/opsdaemon.md"} {
+	for _, doc := range []string{"../../README.md", "../../docs/pending/bwauto.md"} {
 		readme, err := os.ReadFile(doc)
 		if errors.Is(err, fs.ErrNotExist) && strings.Contains(doc, "/pending/") {
 			continue // integrated into the README

@@ -24,7 +24,7 @@ Sizes: a number of bytes or with a unit, as 4M or 1MB. K, M, G, T, P are
 powers of 1024 as in SCR's parameters; KB and KiB, MB and MiB... mean the same.
 Durations: 500ms, 30s, 5m, 1h.`,
 		Placeholders: map[string]string{
-			"locking": "MODE", "verify": "MODE", "log-format": "FORMAT", "log-level": "LEVEL",
+			"locking": "MODE", "verify": "MODE", "bw": "MODE", "log-format": "FORMAT", "log-level": "LEVEL",
 			"allow-src": "DIR", "allow-dest": "DIR", "metrics-file": "FILE", "streams": "N", "nice": "N",
 		},
 		Sections: []cliflag.Section{
@@ -48,7 +48,11 @@ Drive and watch it with scr-ctl:
 			{Title: "Exit status", Body: `  0   COMMAND EXIT obeyed, or SIGTERM or SIGINT (STATE EXITING recorded)
   1   could not start: the transfer file, its directory or the instance
       lock is unusable (the log says which)
-  2   the command line is wrong`},
+  2   the command line or the environment is wrong
+  3   another daemon already serves TRANSFERFILE (not restarted by the
+      shipped units)
+  4   permission denied, or the control directory refused (not restarted
+      by the shipped units)`},
 			{Title: "See also", Body: "scr-ctl(1); the README and deploy/systemd/README.md of scr-transferd."},
 		},
 	}

@@ -49,7 +49,8 @@ type options struct {
 	nice      int
 	ioIdle    bool
 	metrics   string
-	version   bool // --version: print the version and exit
+	bw        string // --bw: "auto" or ""
+	version   bool   // --version: print the version and exit
 }
 
 // usageError is a mistake on the command line: run prints it on one line
@@ -86,6 +87,13 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if o.cfg.Verify, err = daemon.ParseVerify(o.verify); err != nil {
 		return nil, usageError{err.Error()}
 	}
+	switch o.bw {
+	case "auto":
+		o.cfg.BWAuto = true
+	case "":
+	default:
+		return nil, usageError{fmt.Sprintf("--bw %q: want auto (BW itself comes from the transfer file)", o.bw)}
+	}
 	if o.nice < 0 || o.nice > 19 {
 		return nil, usageError{fmt.Sprintf("--nice %d: want 0 to 19", o.nice)}
 	}
@@ -118,6 +126,7 @@ func flags() (*options, *flag.FlagSet, error) {
 	units.IntVar(fs, &o.cfg.Flush.BufSize, "buf-size", bufSize, 1, maxBufSize, "bytes read and written at once (SCR_FILE_BUF_SIZE)")
 	units.Int64Var(fs, &o.cfg.Flush.SyncBytes, "sync-bytes", flush.DefaultSyncBytes, 1, math.MaxInt64, "fsync the destination and record WRITTEN after this many bytes")
 	fs.DurationVar(&o.cfg.Flush.SyncInterval, "sync-interval", flush.DefaultSyncInterval, "... or after this long, whichever comes first")
+	fs.StringVar(&o.bw, "bw", "", "auto: set the copy rate from the latency of the destination's writes and fsyncs, yielding when others queue there; the transfer file's BW is then its ceiling")
 	fs.IntVar(&o.cfg.Streams, "streams", daemon.DefaultStreams, "small files of a batch copied at once, sharing BW and PERCENT")
 	fs.BoolVar(&o.cfg.Flush.SyncEach, "sync-each", false, "fsync each small file of a batch instead of one syncfs per local file system (ext4, XFS, btrfs, F2FS, tmpfs on Linux 5.8+)")
 	fs.BoolVar(&o.cfg.Flush.DropCache, "drop-cache", true, "drop copied pages from the page cache on both sides once durable (files of 1 MiB or more)")
@@ -198,7 +207,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	svc.stopping()
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
-		return 1
+		return startFailureStatus(err)
 	}
 	return 0
 }

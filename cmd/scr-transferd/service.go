@@ -211,6 +211,7 @@ func (s *service) writeMetrics(st daemon.Status) {
 		FilesWarned:    st.FilesWarned,
 		ThrottleSleeps: st.ThrottleSleeps,
 		ThrottleSlept:  st.ThrottleSlept,
+		BWAuto:         st.BWAuto,
 		LastSuccess:    st.LastSuccess,
 	}); err != nil {
 		// Once per run of failures: the service writes every second

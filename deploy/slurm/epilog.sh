@@ -1,8 +1,9 @@
 #!/bin/bash
 # Slurm epilog (runs as root on each node after the job): stop the job's
 # scr-transferd@.service instance started by prolog.sh, remove its drop-in
-# and its metrics file, and the job's node-local cache once nothing in it
-# is left to flush. SIGTERM makes the daemon stop its copy at a consistent
+# and its metrics file, and reap the node-local caches of the job and of
+# the user's earlier jobs (scr-transferd-reap, reap-caches.sh) once nothing
+# in them is left to flush. SIGTERM makes the daemon stop its copy at a consistent
 # point (WRITTEN covers only durable bytes) and record STATE EXITING.
 #
 # Like the prolog it never fails (Slurm would drain the node): problems are
@@ -13,7 +14,7 @@
 #   SCR_CNTL_BASE=/dev/shm, SCR_CACHE_BASE=/dev/shm   as SCR was built
 #   SCR_TRANSFERD_METRICS_DIR=/var/lib/prometheus/node-exporter
 #   SCR_KEEP_CACHE=1          never remove caches
-# scr-ctl comes from PATH or /usr/local/bin.
+# scr-transferd-reap comes from PATH or /usr/local/bin.
 set -uo pipefail
 
 log() {
@@ -33,34 +34,25 @@ if [ -z "$user" ] || [ -z "$job" ]; then
     exit 0
 fi
 cntl=${SCR_CNTL_BASE:-/dev/shm}/$user/scr.$job
-cache=${SCR_CACHE_BASE:-/dev/shm}/$user/scr.$job
 transfer=$cntl/transfer.scrinfo
 instance=$(systemd-escape --path "$transfer")
 unit=scr-transferd@$instance.service
 
+# No daemon-reload before or after: the unit is stopped, and its drop-in
+# goes with the instance, which the next job never names again.
 if systemctl cat "$unit" >/dev/null 2>&1; then
     systemctl stop "$unit" || log "job $job: systemctl stop $unit failed"
     systemctl reset-failed "$unit" 2>/dev/null
 fi
 rm -rf "${SCR_TRANSFERD_UNIT_DIR:-/run/systemd/system}/$unit.d"
-systemctl daemon-reload || log "systemctl daemon-reload failed"
 # The daemon removes its metrics file when it ends; this covers a daemon
 # that was killed.
 rm -f "${SCR_TRANSFERD_METRICS_DIR:-/var/lib/prometheus/node-exporter}/$unit.prom" \
     "${SCR_TRANSFERD_METRICS_DIR:-/var/lib/prometheus/node-exporter}/scr-transferd@$instance.prom"
 
-# The node-local cache lives in RAM under /dev/shm and outlives the job.
-# Remove it (as the user, so that no planted link leads root astray) once
-# every file handed to the daemon has arrived; keep it otherwise, for SCR's
-# scavenge or by hand.
-if [ "${SCR_KEEP_CACHE:-0}" = 1 ] || { ! [ -d "$cntl" ] && ! [ -d "$cache" ]; }; then
-    exit 0
-fi
-scr_ctl=$(command -v scr-ctl || echo /usr/local/bin/scr-ctl)
-if [ -e "$transfer" ] && ! runuser -u "$user" -- "$scr_ctl" wait --quiet --timeout=1s "$transfer" >/dev/null 2>&1; then
-    log "job $job: keeping $cache and $transfer: files not flushed (scr-ctl status $transfer)"
-    exit 0
-fi
-runuser -u "$user" -- rm -rf --one-file-system "$cache" "$cntl" ||
-    log "job $job: cannot remove $cache $cntl"
+# The node-local caches live in RAM under /dev/shm and outlive the job:
+# scr-transferd-reap removes this job's (and the user's earlier jobs') once
+# nothing in them is left to flush, keeps them otherwise, and logs either.
+reap=$(command -v scr-transferd-reap || echo /usr/local/bin/scr-transferd-reap)
+"$reap" --ended "$job" --user "$user" || log "job $job: $reap failed"
 exit 0

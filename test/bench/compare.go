@@ -146,9 +146,9 @@ type figure struct {
 	resolution float64
 }
 
-// within is how far the new figure may be from the old one (as a share of
+// tolerance is how far the new figure may be from the old one (as a share of
 // the old one) and still hold: "within 10 % of the old daemon's, or better".
-const within = 0.10
+const tolerance = 0.10
 
 // row is one goal compared: the median of each daemon's figures over the
 // rounds, new/old, and whether the new one held.
@@ -166,7 +166,7 @@ func verdict(f figure, old, new float64) bool {
 	if math.Abs(new-old) <= f.resolution {
 		return true
 	}
-	if old != 0 && math.Abs(new/old-1) <= within {
+	if old != 0 && math.Abs(new/old-1) <= tolerance {
 		return true
 	}
 	switch f.sense {

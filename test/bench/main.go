@@ -54,6 +54,9 @@ type config struct {
 	interferenceRounds int
 	entries            []int
 
+	autoSize     int64   // bytes of each flush of the BW auto section
+	autoCapacity float64 // bytes/s of its shared destination
+
 	baseline, baselineBin string // the old daemon: a git revision, or a binary
 	baselineRounds        int
 }
@@ -69,9 +72,11 @@ func run() error {
 	var isize string
 	flag.StringVar(&isize, "interference-size", "4GiB", "size of the flush beside the triad in the interference section")
 	flag.IntVar(&c.interferenceRounds, "interference-rounds", 5, "interleaved rounds of the interference section (the median is reported)")
-	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile,many (default all)")
+	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile,many,auto (default all)")
 	c.baselineFlags()
 	entries := flag.String("entries", "1000,10000,100000", "entry counts of 1 KiB files for the many-files section")
+	asize := flag.String("auto-size", "512MiB", "size of each flush of the BW auto section")
+	flag.Float64Var(&c.autoCapacity, "auto-capacity", 100e6, "bandwidth in bytes/s of the BW auto section's shared FUSE destination")
 	flag.Parse()
 	n, err := parseSize(size)
 	if err != nil {
@@ -80,6 +85,9 @@ func run() error {
 	c.size = n
 	if c.interferenceSize, err = parseSize(isize); err != nil {
 		return fmt.Errorf("-interference-size: %w", err)
+	}
+	if c.autoSize, err = parseSize(*asize); err != nil {
+		return fmt.Errorf("-auto-size: %w", err)
 	}
 	for _, e := range strings.Split(*entries, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(e))
@@ -114,6 +122,7 @@ func run() error {
 		{"sparse", b.sparseFlush},
 		{"hashfile", b.hashfileBench},
 		{"many", b.manyFiles},
+		{"auto", b.bwAuto},
 	}
 	start := time.Now()
 	for _, s := range sections {

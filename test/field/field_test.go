@@ -41,6 +41,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building the binaries:", err)
 		os.Exit(1)
 	}
+	// The cache reaper, where the job scripts look for it (PATH).
+	if err := copyFile("../../deploy/slurm/reap-caches.sh", filepath.Join(dir, "scr-transferd-reap"), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -155,4 +160,16 @@ func sameBytes(t *testing.T, entries []manifestEntry) {
 			t.Errorf("%s differs from its source (sha256 %s, want %s)", e.dest, got, e.sum)
 		}
 	}
+}
+
+// copyFile copies src to dst with mode perm.
+func copyFile(src, dst string, perm os.FileMode) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(dst, b, perm); err != nil {
+		return err
+	}
+	return os.Chmod(dst, perm)
 }

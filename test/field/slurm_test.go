@@ -349,12 +349,22 @@ func work(t *testing.T) (dir, pfs, out string) {
 // TestSlurmFlushJob submits deploy/slurm/flush-job.sbatch with a stand-in
 // application that hands three checkpoints per task to the daemons: the
 // job completes 0:0 with exactly one daemon per node, every checkpoint
-// arrives byte for byte, and nothing of the job is left running.
+// arrives byte for byte, and nothing of the job is left running; its last
+// step reaps an earlier job's cache on every node and keeps one not
+// flushed.
 func TestSlurmFlushJob(t *testing.T) {
 	t.Parallel()
 	c := slurmCluster(t)
 	dir, pfs, out := work(t)
 	const ckpts = 3
+	// On every node, the caches of two earlier jobs Slurm has forgotten:
+	// the job's last step (scr-transferd-reap) removes the one with
+	// nothing left to flush and keeps the one not flushed.
+	var stale, kept []string
+	for _, n := range slurmNodes {
+		stale = append(stale, c.staleCache(t, n, 999921, false))
+		kept = append(kept, c.staleCache(t, n, 999922, true))
+	}
 	id := c.submit(t, dir, "../../deploy/slurm/flush-job.sbatch",
 		"FIELD_PFS="+pfs, "FIELD_OUT="+out, "FIELD_CKPTS="+strconv.Itoa(ckpts), "FIELD_KB=300")
 	c.removeNodeDirs(t, id)
@@ -378,6 +388,43 @@ func TestSlurmFlushJob(t *testing.T) {
 			t.Errorf("node %s: the job's cache and control directory %s is still there (%v)", n, dir, err)
 		}
 	}
+	for i := range stale {
+		if _, err := os.Stat(stale[i]); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the ended job's complete cache %s is still there (%v)", stale[i], err)
+		}
+		if _, err := os.Stat(kept[i]); err != nil {
+			t.Errorf("a cache whose flush is unfinished was removed, %s: %v", kept[i], err)
+		}
+	}
+	jobOut, _ := os.ReadFile(filepath.Join(dir, "job.out"))
+	for _, want := range []string{"job 999921: removed", "job 999922: keeping"} {
+		if got := strings.Count(string(jobOut), want); got != len(slurmNodes) {
+			t.Errorf("the job's output says %q %d times, want once per node:\n%s", want, got, jobOut)
+		}
+	}
+}
+
+// staleCache plants, in node's /dev/shm, the cache of an earlier job id of
+// the jobs' user that Slurm has forgotten, with a complete flush or one
+// file not flushed, and returns its path as this process sees it.
+func (c *cluster) staleCache(t *testing.T, node string, id int, unfinished bool) string {
+	t.Helper()
+	dir := filepath.Join(c.nodeRoot(t, node), "dev/shm", c.user(), "scr."+strconv.Itoa(id))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	transfer := filepath.Join(dir, "transfer.scrinfo")
+	args := []string{"stop", "--create", transfer}
+	if unfinished {
+		src := filepath.Join(dir, "ckpt")
+		if err := os.WriteFile(src, []byte("checkpoint"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = []string{"add", transfer, src, filepath.Join(t.TempDir(), "stale")}
+	}
+	run(t, c.env, filepath.Join(binDir, "scr-ctl"), args...)
+	return dir
 }
 
 // TestSlurmApplicationFails: an application that exits non-zero after

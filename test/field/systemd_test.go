@@ -18,8 +18,12 @@ import (
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// The user the units run as in the container: site.conf.example's.
-const unitUser = "alice"
+// The users the units run as in the container: a job's user, written
+// into each instance's 90-job.conf as the prolog does, and a second one.
+const (
+	unitUser  = "alice"
+	otherUser = "bob"
+)
 
 // Generous caps for a loaded machine. The watchdog needs WatchdogSec=60s
 // plus RestartSec=5s of the shipped unit.
@@ -173,9 +177,9 @@ type unitJob struct {
 }
 
 // installUnits installs the daemon and the system unit in the container as
-// deploy/systemd/README.md says, with the site drop-in and the environment
-// file exactly as shipped (User=alice, --allow-src=/dev/shm
-// --allow-dest=/p/lustre).
+// deploy/systemd/README.md says, with the site drop-in (10-site.conf) and
+// the environment file exactly as shipped (--allow-src=/dev/shm
+// --allow-dest=/p/lustre), the cache reaper, and the users alice and bob.
 func installUnits(t *testing.T, c *container) {
 	t.Helper()
 	installMu.Lock() // tests in parallel: one useradd
@@ -184,7 +188,12 @@ func installUnits(t *testing.T, c *container) {
 	c.install(t, filepath.Join(bin, "scr-transferd"), "/usr/local/bin/scr-transferd", 0o755)
 	c.install(t, filepath.Join(bin, "scr-ctl"), "/usr/local/bin/scr-ctl", 0o755)
 	c.install(t, "../../deploy/systemd/scr-transferd@.service", "/etc/systemd/system/scr-transferd@.service", 0o644)
-	c.install(t, "../../deploy/systemd/site.conf.example", "/etc/systemd/system/scr-transferd@.service.d/site.conf", 0o644)
+	// The earlier README installed the site drop-in as site.conf, with a
+	// User= line: it sorts after the prolog's 90-job.conf. An upgrade
+	// renames it (deploy/systemd/README.md, "Upgrading").
+	c.sh(t, "rm", "-f", "/etc/systemd/system/scr-transferd@.service.d/site.conf")
+	c.install(t, "../../deploy/systemd/site.conf.example", "/etc/systemd/system/scr-transferd@.service.d/10-site.conf", 0o644)
+	c.install(t, "../../deploy/slurm/reap-caches.sh", "/usr/local/bin/scr-transferd-reap", 0o755)
 	c.install(t, "../../deploy/systemd/scr-transferd.env.example", "/etc/scr-transferd/scr-transferd.env", 0o644)
 	c.install(t, "../../deploy/systemd/scr-transferd.sysusers.example", "/etc/sysusers.d/scr-transferd.conf", 0o644)
 	c.sh(t, "systemd-sysusers", "/etc/sysusers.d/scr-transferd.conf")
@@ -196,17 +205,22 @@ func installUnits(t *testing.T, c *container) {
 		c.sh(t, "sed", "-i", "-e", "s/^#*RemoveIPC=.*/RemoveIPC=no/", "/etc/systemd/logind.conf")
 		c.sh(t, "systemctl", "restart", "systemd-logind")
 	}
-	c.sh(t, "sh", "-c", "id "+unitUser+" >/dev/null 2>&1 || useradd --create-home "+unitUser)
-	c.sh(t, "install", "-d", "-o", unitUser, "-g", unitUser, "-m", "0755", "/p/lustre/"+unitUser)
+	for _, u := range []string{unitUser, otherUser} {
+		c.sh(t, "sh", "-c", "id "+u+" >/dev/null 2>&1 || useradd --create-home "+u)
+		c.sh(t, "install", "-d", "-o", u, "-g", u, "-m", "0755", "/p/lustre/"+u)
+	}
 	c.sh(t, "systemctl", "daemon-reload")
 }
 
 // newUnitJob prepares a job's control directory and cache in the
-// container's /dev/shm, as SCR and a prolog make them, and returns its
-// unit. The unit is stopped and the job's files removed at the end.
+// container's /dev/shm, as SCR and a prolog make them, and the instance's
+// 90-job.conf naming the job's user, as the prolog writes it, and returns
+// its unit. The unit is stopped and the job's files removed at the end.
+// Its "job ID" is not a number: no Slurm job has it, and the cache reaper
+// (which only looks at scr.<number>) leaves it alone.
 func newUnitJob(t *testing.T, c *container) *unitJob {
 	t.Helper()
-	id := strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
+	id := "t" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
 	j := &unitJob{
 		t: t, c: c,
 		cntl:        "/dev/shm/" + unitUser + "/scr." + id,
@@ -227,6 +241,12 @@ func newUnitJob(t *testing.T, c *container) *unitJob {
 	c.sh(t, "install", "-d", "-o", unitUser, "-g", unitUser, "-m", "0755", j.dest)
 	j.unit = "scr-transferd@" + strings.TrimSpace(c.sh(t, "systemd-escape", "--path", j.transfer)) + ".service"
 	j.store = hashfile.NewStore(c.path(j.transfer), hashfile.Flock)
+	dropin := "/run/systemd/system/" + j.unit + ".d/90-job.conf"
+	conf := filepath.Join(t.TempDir(), "90-job.conf")
+	if err := os.WriteFile(conf, []byte("[Service]\nUser="+unitUser+"\nGroup="+unitUser+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.install(t, conf, dropin, 0o644)
 	t.Cleanup(func() {
 		if t.Failed() {
 			if out, err := c.try("systemctl", "status", "--no-pager", "--lines=0", j.unit); err == nil || out != "" {
@@ -238,7 +258,7 @@ func newUnitJob(t *testing.T, c *container) *unitJob {
 		}
 		_, _ = c.try("systemctl", "stop", j.unit)
 		_, _ = c.try("systemctl", "reset-failed", j.unit)
-		_, _ = c.try("rm", "-rf", j.cntl, j.dest)
+		_, _ = c.try("rm", "-rf", j.cntl, j.dest, filepath.Dir(dropin))
 	})
 	return j
 }
@@ -434,7 +454,7 @@ func TestSystemdUnit(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if u := strings.TrimSpace(c.sh(t, "stat", "-c", "%U", "/proc/"+pid)); u != unitUser {
-		t.Fatalf("the daemon runs as %q, want %s (site.conf)", u, unitUser)
+		t.Fatalf("the daemon runs as %q, want %s (the instance's 90-job.conf)", u, unitUser)
 	}
 
 	// A real flush, confined.

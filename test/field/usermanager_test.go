@@ -42,6 +42,11 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 MinJobAge=3600
 KillWait=30
+# The prolog deployment model (deploy/slurm/prolog.sh, epilog.sh): a
+# system unit for the jobs that ask (--comment=scr-transferd).
+Prolog=/etc/slurm/scr-transferd-prolog.sh
+Epilog=/etc/slurm/scr-transferd-epilog.sh
+PrologFlags=Alloc
 NodeName=scrfield NodeAddr=127.0.0.1 CPUs=2 RealMemory=500 State=UNKNOWN
 PartitionName=field Nodes=scrfield Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 `
@@ -50,8 +55,9 @@ var containerSlurmOnce sync.Mutex
 
 // containerSlurm configures and starts munge, slurmctld and slurmd in the
 // container (Debian's packages, installed by nspawn-up.sh) and a user
-// manager for unitUser (lingering), and installs the user unit as
-// deploy/systemd/README.md says. It returns the user's UID.
+// manager for unitUser (lingering), and installs the user unit, the prolog
+// and the epilog as deploy/systemd/README.md says. It returns the user's
+// UID.
 func containerSlurm(t *testing.T, c *container) int {
 	t.Helper()
 	containerSlurmOnce.Lock()
@@ -61,6 +67,8 @@ func containerSlurm(t *testing.T, c *container) int {
 	}
 	installUnits(t, c)
 	c.install(t, "../../deploy/systemd/user/scr-transferd@.service", "/etc/systemd/user/scr-transferd@.service", 0o644)
+	c.install(t, "../../deploy/slurm/prolog.sh", "/etc/slurm/scr-transferd-prolog.sh", 0o755)
+	c.install(t, "../../deploy/slurm/epilog.sh", "/etc/slurm/scr-transferd-epilog.sh", 0o755)
 	// In a systemd-nspawn container /proc/kmsg is a FIFO (nspawn's own),
 	// which a user manager cannot mask for ProtectKernelLogs=yes: the unit
 	// fails with "Failed to mount .../inaccessible/fifo to
@@ -162,7 +170,7 @@ func submitInContainer(t *testing.T, c *container, uid int, script string, env .
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("job %s output:\n%s", id, tail(c.path(work+"/job.out"), 60))
-			if out, err := c.try("journalctl", "--no-pager", "-o", "short-precise", "--user-unit", j.unit); err == nil {
+			if out, err := c.try("journalctl", "--no-pager", "-o", "short-precise", "_SYSTEMD_USER_UNIT="+j.unit); err == nil {
 				t.Logf("journal of the user unit %s:\n%s", j.unit, lastLines(out, 60))
 			}
 		}
@@ -282,12 +290,18 @@ func procsIn(pidNS string) []jobProc {
 // (deploy/systemd/user/scr-transferd@.service) under a user manager kept
 // by lingering, without pam_systemd: the job completes 0:0 with exactly one
 // daemon, every checkpoint arrives byte for byte, and afterwards the unit
-// is stopped and nothing of the job is left running.
+// is stopped and nothing of the job is left running; the unit's stop hook
+// reaps the cache of an earlier, ended job and keeps one not flushed.
 func TestSlurmSystemdJob(t *testing.T) {
 	t.Parallel()
 	c := nspawnContainer(t)
 	uid := containerSlurm(t, c)
 	const ckpts = 2
+	// Caches of the user's earlier jobs, which Slurm has forgotten: the
+	// unit's stop hook (ExecStopPost=scr-transferd-reap) removes the one
+	// with nothing left to flush and keeps the other.
+	stale := staleCache(t, c, unitUser, 999911, false)
+	kept := staleCache(t, c, unitUser, 999912, true)
 	j := submitInContainer(t, c, uid, "../../deploy/slurm/flush-job-systemd.sbatch",
 		"FIELD_CKPTS="+strconv.Itoa(ckpts), "FIELD_KB=300")
 	f := j.waitEnd()
@@ -307,11 +321,26 @@ func TestSlurmSystemdJob(t *testing.T) {
 	if _, err := os.Stat(c.path(fmt.Sprintf("/dev/shm/%s/scr.%s", unitUser, j.id))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the job's cache and control directory is still there (%v)", err)
 	}
+	if _, err := os.Stat(c.path(stale)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the ended job's complete cache %s is still there (%v)", stale, err)
+	}
+	if _, err := os.Stat(c.path(kept)); err != nil {
+		t.Errorf("a cache whose flush is unfinished was removed, %s: %v", kept, err)
+	}
+	// The stop hook did it (the epilog reaps too, after the job): the
+	// reaper's line is in the user unit's journal.
+	journal := c.sh(t, "journalctl", "--no-pager", "-o", "cat", "_SYSTEMD_USER_UNIT="+j.unit)
+	for _, want := range []string{"job 999911: removed", "job 999912: keeping"} {
+		if !strings.Contains(journal, want) {
+			t.Errorf("the user unit's journal does not say %q:\n%s", want, lastLines(journal, 20))
+		}
+	}
 }
 
 // TestSlurmSystemdJobCancelled: scancel while the user unit's daemon copies
 // stops the unit (it lives outside the job's processes, so Slurm alone
-// would leave it running) and leaves nothing of the job running.
+// would leave it running), the job reads as cancelled (0:15), and nothing
+// of the job is left running.
 func TestSlurmSystemdJobCancelled(t *testing.T) {
 	t.Parallel()
 	c := nspawnContainer(t)
@@ -331,8 +360,10 @@ func TestSlurmSystemdJobCancelled(t *testing.T) {
 	c.sh(t, "scancel", j.id)
 	f := j.waitEnd()
 	j.oneDaemon()
-	if f["JobState"] != "CANCELLED" {
-		t.Errorf("job %s: JobState=%s, want CANCELLED", j.id, f["JobState"])
+	// The script ends by the signal Slurm sent: 0:15, not an exit status
+	// of its own (143:0).
+	if f["JobState"] != "CANCELLED" || f["ExitCode"] != "0:15" {
+		t.Errorf("job %s: JobState=%s ExitCode=%s, want CANCELLED 0:15", j.id, f["JobState"], f["ExitCode"])
 	}
 	j.nothingLeft()
 }

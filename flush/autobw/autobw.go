@@ -1,0 +1,337 @@
+// Package autobw is the controller behind `scr-transferd --bw auto`: a
+// delay-based scavenger in the manner of LEDBAT (RFC 6817), applied to the
+// writes and commits (fsync) a flush makes to its destination instead of to
+// packets.
+//
+// The copy reports how long each write and each commit took and how many
+// bytes it carried. The controller keeps, per kind of operation and size
+// class, the lowest latency per byte seen recently (the base: the
+// destination serving this daemon alone) and compares each new sample with
+// it. While the added delay stays under the target the rate grows
+// additively; when it rises above, someone else is queueing at the
+// destination and the rate is halved. The rate stays between a floor that
+// keeps a flush moving and the ceiling (SCR's BW when set).
+//
+// The Controller is a pure function of the samples and of the times it is
+// given (like golang.org/x/time/rate's …At methods): it reads no clock and
+// does no I/O, so tests drive it on a fake clock.
+package autobw
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Kind is the kind of operation a Sample measured.
+type Kind int
+
+const (
+	// Write is a write(2) of copied bytes to the destination.
+	Write Kind = iota
+	// Commit is an fsync(2) of the destination file; its bytes are those
+	// written since the previous commit of that file (what it had to make
+	// durable), since an fsync's latency grows with the dirty data.
+	Commit
+	kinds
+)
+
+// Sample is one operation on the destination, as the copy measured it.
+type Sample struct {
+	Kind  Kind
+	Bytes int64         // bytes written, or made durable by the commit
+	Took  time.Duration // how long the call took
+}
+
+const (
+	// Floor is the lowest rate, in bytes per second: a flush keeps moving
+	// however busy the destination is (1 MiB/s per node is a small share
+	// of any parallel file system), and keeps producing samples that tell
+	// when the load is gone.
+	Floor = 1 << 20
+	// Start is the rate before the first sample, when nothing is known of
+	// the destination yet.
+	Start = 16 << 20
+	// Target is the added delay tolerated, as a fraction of the base: a
+	// fraction rather than a fixed time because the latency per byte of a
+	// write differs by orders of magnitude between a page cache, a disk and
+	// a network file system; at 2, a queue of up to twice our own service
+	// time, others' requests wait at most about twice as long again behind
+	// ours, while the scheduling noise of a loaded node (latencies of twice
+	// the best are common with more runnable threads than CPUs) stays below.
+	Target = 2.0
+	// Decrease is the largest factor applied to the rate when the delay
+	// is above Target, at most once per sample that began after the last
+	// decrease (samples already under way reflect the old rate). A longer
+	// delay cuts deeper: at a latency k times the base, the destination
+	// serves others k-1 bytes for each of ours, and the rate is divided by
+	// k, so that one or two samples bring it down to what is left.
+	Decrease = 0.5
+	// RampTime is how long the additive increase takes to add the
+	// destination's whole capacity: an application's burst of writes
+	// leaves the destination idle again within a fraction of a second,
+	// and the flush should use that time.
+	RampTime = 50 * time.Millisecond
+	// MaxStep bounds the time one sample's increase is credited for, so
+	// that a sample after a long wait (a slow commit, an idle spell) does
+	// not jump the rate up.
+	MaxStep = RampTime / 4
+	// Headroom is how far above the measured capacity the rate may go:
+	// above that the limit binds nothing, and a rate far above it would
+	// take many halvings to come down when load appears.
+	Headroom = 2.0
+	// MinSampleBytes and MinSampleTime are the least a sample carries:
+	// operations are summed until they reach both, so that a per-operation
+	// cost (the files of a batch of small files) does not read as delay,
+	// and the latency of a few milliseconds' worth of operations, not of
+	// one that waited for a CPU, is compared with the base. Behind a queue
+	// one operation already lasts that long, so a queue is seen at once;
+	// at a low rate a sample ends after MaxStep whatever its time, so that
+	// the rate recovers as fast as samples come.
+	MinSampleBytes = 64 << 10
+	MinSampleTime  = 5 * time.Millisecond
+	// BaseBucket and BaseBuckets make the base history, as LEDBAT's: the
+	// minimum of each BaseBucket, over the last BaseBuckets of them, so the
+	// base follows a destination that became slower (or faster) within a
+	// minute, while a load of a few seconds never becomes the base.
+	BaseBucket  = 10 * time.Second
+	BaseBuckets = 6
+	// Filter is how many recent samples of a class the current latency is
+	// the minimum of: one sample delayed by a scheduling hiccup is not
+	// taken for a queue.
+	Filter = 2
+	// AverageTau is the time constant of Average, the rate reported in
+	// logs and metrics: the rate in force changes every few milliseconds.
+	AverageTau = 5 * time.Second
+)
+
+// classes is how many size classes the base is kept for: a class is a
+// factor of four in size, from minClassBytes up.
+const (
+	classes       = 12
+	minClassBytes = 4 << 10
+)
+
+// Controller decides the rate of a flush from the latency of its
+// operations on the destination. Use New; it is not safe for concurrent
+// use (the throttle calls it under its lock).
+type Controller struct {
+	ceiling float64 // bytes/s, 0 = none
+	rate    float64 // bytes/s, within [floor, ceiling]
+
+	base    [kinds][classes]history
+	recent  [kinds][classes][Filter]float64 // last per-byte latencies, 0 = none
+	pending [kinds]pending                  // small samples summed so far
+
+	last     time.Time // the last sample
+	decrease time.Time // the last decrease
+
+	avg   float64 // Average's state
+	avgAt time.Time
+}
+
+// New returns a Controller at the Start rate (or the ceiling, when lower),
+// with no history, at time now. ceiling is the BW limit in bytes per second,
+// 0 for none.
+func New(now time.Time, ceiling float64) *Controller {
+	c := &Controller{rate: Start, avgAt: now}
+	c.SetCeilingAt(now, ceiling)
+	c.avg = c.rate
+	return c
+}
+
+// SetCeilingAt sets the ceiling (SCR's BW), in bytes per second; 0, a
+// negative, NaN or infinite value removes it.
+func (c *Controller) SetCeilingAt(now time.Time, ceiling float64) {
+	if !(ceiling > 0) || math.IsInf(ceiling, 1) {
+		ceiling = 0
+	}
+	c.advance(now)
+	c.ceiling = ceiling
+	c.rate = c.clamp(c.rate)
+}
+
+// Rate returns the rate in force, in bytes per second.
+func (c *Controller) Rate() float64 { return c.rate }
+
+// floor is Floor, or the ceiling when that is lower.
+func (c *Controller) floor() float64 {
+	if c.ceiling > 0 {
+		return min(Floor, c.ceiling)
+	}
+	return Floor
+}
+
+// clamp brings r within the floor and the ceiling, and within Headroom of
+// the capacity measured.
+func (c *Controller) clamp(r float64) float64 {
+	if capa := c.capacity(); capa > 0 {
+		r = min(r, Headroom*capa)
+	}
+	if c.ceiling > 0 {
+		r = min(r, c.ceiling)
+	}
+	return max(r, c.floor())
+}
+
+// ObserveAt takes one sample measured at now (when the operation ended)
+// and returns the rate in force after it, and whether it was lowered.
+func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased bool) {
+	if s.Kind < 0 || s.Kind >= kinds || s.Bytes <= 0 || s.Took < 0 {
+		return c.rate, false
+	}
+	p := &c.pending[s.Kind]
+	if p.ops == 0 {
+		p.since = now.Add(-s.Took)
+	}
+	p.bytes += s.Bytes
+	p.took += s.Took
+	p.ops++
+	if p.bytes < MinSampleBytes || (p.took < MinSampleTime && now.Sub(p.since) < MaxStep) {
+		return c.rate, false
+	}
+	s, ops, began := Sample{Kind: s.Kind, Bytes: p.bytes, Took: p.took}, p.ops, p.since
+	*p = pending{}
+	c.advance(now)
+	delay := c.record(now, s.Kind, class(s.Bytes/ops), float64(max(s.Took, 1))/float64(s.Bytes))
+	dt := min(now.Sub(c.last), MaxStep)
+	c.last = now
+	switch {
+	case delay > Target:
+		if began.Before(c.decrease) {
+			return c.rate, false // began under the old rate
+		}
+		c.decrease = now
+		old := c.rate
+		c.rate = c.clamp(c.rate * min(Decrease, 1/(1+delay)))
+		return c.rate, c.rate < old
+	case dt > 0:
+		step := c.capacity() * dt.Seconds() / RampTime.Seconds()
+		if c.capacity() == 0 {
+			step = c.rate * dt.Seconds() / RampTime.Seconds()
+		}
+		c.rate = c.clamp(c.rate + step)
+	}
+	return c.rate, false
+}
+
+// pending sums small samples of one kind until they reach MinSampleBytes.
+type pending struct {
+	bytes int64
+	took  time.Duration
+	ops   int64
+	since time.Time // when the first operation began
+}
+
+// record adds a per-byte latency v to class cl of kind k and returns the
+// added delay, as a fraction of the base.
+func (c *Controller) record(now time.Time, k Kind, cl int, v float64) float64 {
+	h := &c.base[k][cl]
+	h.add(now, v)
+	rec := &c.recent[k][cl]
+	copy(rec[1:], rec[:len(rec)-1])
+	rec[0] = v
+	cur := v
+	for _, x := range rec {
+		if x > 0 {
+			cur = min(cur, x)
+		}
+	}
+	b := h.base()
+	if b <= 0 {
+		return 0
+	}
+	return cur/b - 1
+}
+
+// class is the size class of operations of n bytes each: a summed sample
+// of small operations is compared with others of their size, since a
+// per-operation cost weighs more on each of their bytes.
+func class(n int64) int {
+	k := (bits.Len64(uint64(n)) - bits.Len64(minClassBytes)) / 2
+	return min(max(k, 0), classes-1)
+}
+
+// capacity estimates what the destination serves this daemon alone, in
+// bytes per second: the inverse of the lowest base latency per byte of a
+// write plus that of a commit. 0 until a write was measured.
+func (c *Controller) capacity() float64 {
+	w, cm := c.lowestBase(Write), c.lowestBase(Commit)
+	if w <= 0 {
+		return 0
+	}
+	return float64(time.Second) / (w + max(cm, 0))
+}
+
+// lowestBase is the lowest base over the classes of kind k, 0 if none.
+func (c *Controller) lowestBase(k Kind) float64 {
+	lo := 0.0
+	for i := range c.base[k] {
+		if b := c.base[k][i].base(); b > 0 && (lo == 0 || b < lo) {
+			lo = b
+		}
+	}
+	return lo
+}
+
+// advance brings Average's moving average up to now.
+func (c *Controller) advance(now time.Time) {
+	dt := now.Sub(c.avgAt)
+	if dt <= 0 {
+		return
+	}
+	w := 1 - math.Exp(-dt.Seconds()/AverageTau.Seconds())
+	c.avg += w * (c.rate - c.avg)
+	c.avgAt = now
+}
+
+// AverageAt returns the rate in force averaged over about AverageTau up to
+// now, for logs and metrics. It does not change the controller's decisions.
+func (c *Controller) AverageAt(now time.Time) float64 {
+	c.advance(now)
+	return c.avg
+}
+
+// Significant tells whether the average rate cur differs enough from the
+// one last logged, logged, to be logged again: by a quarter or more (0
+// means nothing was logged yet).
+func Significant(logged, cur float64) bool {
+	if logged <= 0 {
+		return cur > 0
+	}
+	return cur >= logged*1.25 || cur <= logged/1.25
+}
+
+// history is the base of one class: the minimum per-byte latency of each
+// BaseBucket, for the last BaseBuckets of them.
+type history struct {
+	start time.Time // start of the current bucket
+	cur   int       // index of the current bucket in mins
+	mins  [BaseBuckets]float64
+}
+
+// add records v at now, starting new buckets as time passed.
+func (h *history) add(now time.Time, v float64) {
+	if h.start.IsZero() || now.Sub(h.start) >= BaseBuckets*BaseBucket {
+		*h = history{start: now}
+	}
+	for now.Sub(h.start) >= BaseBucket {
+		h.cur = (h.cur + 1) % BaseBuckets
+		h.mins[h.cur] = 0
+		h.start = h.start.Add(BaseBucket)
+	}
+	if m := h.mins[h.cur]; m == 0 || v < m {
+		h.mins[h.cur] = v
+	}
+}
+
+// base returns the lowest of the buckets' minima, 0 if there are none.
+func (h *history) base() float64 {
+	lo := 0.0
+	for _, m := range h.mins {
+		if m > 0 && (lo == 0 || m < lo) {
+			lo = m
+		}
+	}
+	return lo
+}
