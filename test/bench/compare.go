@@ -156,27 +156,39 @@ type row struct {
 	goal, unit string
 	old, new   float64
 	ratio      float64 // new/old; NaN when old is 0
-	held       bool
+	outcome    outcome
+	resolution float64
 }
 
-// verdict reports whether a new figure holds against the old one: within
-// 10 % of it, better than it, or closer to it than the measurement's
-// resolution.
-func verdict(f figure, old, new float64) bool {
-	if math.Abs(new-old) <= f.resolution {
-		return true
-	}
-	if old != 0 && math.Abs(new/old-1) <= tolerance {
-		return true
-	}
+// outcome is a goal's verdict.
+type outcome int
+
+const (
+	held       outcome = iota // within 10 % of the old figure, or better
+	worse                     // more than 10 % worse
+	unresolved                // worse, but by less than the measurement resolves
+)
+
+// verdict compares a new figure with the old one: held when within 10 %
+// of it or better than it; otherwise unresolved when the two are closer
+// than the measurement's resolution, else worse.
+func verdict(f figure, old, new float64) outcome {
+	better := false
 	switch f.sense {
 	case higher:
-		return new > old
+		better = new > old
 	case lower:
-		return new < old
+		better = new < old
 	default:
-		return math.Abs(new-f.target) < math.Abs(old-f.target)
+		better = math.Abs(new-f.target) < math.Abs(old-f.target)
 	}
+	switch {
+	case better || math.Abs(new-old) <= tolerance*math.Abs(old):
+		return held
+	case math.Abs(new-old) <= f.resolution:
+		return unresolved
+	}
+	return worse
 }
 
 // compareFigures pairs the old and new daemons' figures by goal, in the
@@ -205,7 +217,7 @@ func compareFigures(old, new []figure) (rows []row, missing []string) {
 		if ov != 0 {
 			ratio = nv / ov
 		}
-		rows = append(rows, row{goal: g, unit: f.unit, old: ov, new: nv, ratio: ratio, held: verdict(f, ov, nv)})
+		rows = append(rows, row{goal: g, unit: f.unit, old: ov, new: nv, ratio: ratio, outcome: verdict(f, ov, nv), resolution: f.resolution})
 	}
 	return rows, missing
 }
@@ -231,9 +243,12 @@ func printRows(w io.Writer, oldName, newName string, rows []row) {
 	fmt.Fprintf(w, "| goal | %s | %s | new/old | within 10 %% or better |\n", oldName, newName)
 	fmt.Fprintln(w, "|---|---:|---:|---:|---|")
 	for _, r := range rows {
-		ok := "no"
-		if r.held {
-			ok = "yes"
+		ok := "yes"
+		switch r.outcome {
+		case worse:
+			ok = "no"
+		case unresolved:
+			ok = "not resolved: apart by less than the resolution, " + num(r.resolution, r.unit)
 		}
 		ratio := "–"
 		if !math.IsNaN(r.ratio) {
@@ -317,13 +332,12 @@ func (b *bench) summary(start time.Time) {
 		c.old.name, c.new.name, c.rounds, time.Since(start).Minutes())
 	printRows(os.Stdout, c.old.name, c.new.name, rows)
 	printMissing(missing)
-	held := 0
+	var n [3]int
 	for _, r := range rows {
-		if r.held {
-			held++
-		}
+		n[r.outcome]++
 	}
-	fmt.Printf("%d of %d goals within 10 %% of the old daemon's figure or better.\n\n", held, len(rows))
+	fmt.Printf("%d of %d goals within 10 %% of the old daemon's figure or better; %d worse; %d not resolved by this run's measurement.\n\n",
+		n[held], len(rows), n[worse], n[unresolved])
 }
 
 func printMissing(goals []string) {

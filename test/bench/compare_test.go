@@ -60,27 +60,30 @@ func TestCheckFlags(t *testing.T) {
 	}
 }
 
-// TestVerdict: a new figure holds when within 10 % of the old one, better
-// than it in the figure's sense, or closer than the measurement resolves.
+// TestVerdict: a new figure holds when within 10 % of the old one or
+// better than it in the figure's sense; a worse one closer to the old than
+// the measurement resolves is reported as not resolved, not as held.
 func TestVerdict(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		f        figure
 		old, new float64
-		want     bool
+		want     outcome
 	}{
-		{"higher: 9 % worse", figure{sense: higher}, 1.00, 0.91, true},
-		{"higher: 11 % worse", figure{sense: higher}, 1.00, 0.89, false},
-		{"higher: better by far", figure{sense: higher}, 1.00, 2.00, true},
-		{"lower: 9 % worse", figure{sense: lower}, 10, 10.9, true},
-		{"lower: 20 % worse", figure{sense: lower}, 10, 12, false},
-		{"lower: better by far", figure{sense: lower}, 10, 2, true},
-		{"lower: old 0, new above", figure{sense: lower}, 0, 0.01, false},
-		{"lower: old 0, within resolution", figure{sense: lower, resolution: 0.017}, 0, 0.0167, true},
-		{"lower: tripled but within resolution", figure{sense: lower, resolution: 1}, 0.3, 0.9, true},
-		{"near: further from the target by 12 %", figure{sense: near, target: 1}, 1.0, 1.12, false},
-		{"near: closer to the target", figure{sense: near, target: 5}, 6.0, 5.2, true},
-		{"near: below the target, within 10 %", figure{sense: near, target: 1}, 1.0, 0.95, true},
+		{"higher: 9 % worse", figure{sense: higher}, 1.00, 0.91, held},
+		{"higher: 11 % worse", figure{sense: higher}, 1.00, 0.89, worse},
+		{"higher: better by far", figure{sense: higher}, 1.00, 2.00, held},
+		{"lower: 9 % worse", figure{sense: lower}, 10, 10.9, held},
+		{"lower: 20 % worse", figure{sense: lower}, 10, 12, worse},
+		{"lower: better by far", figure{sense: lower}, 10, 2, held},
+		{"lower: both 0", figure{sense: lower}, 0, 0, held},
+		{"lower: old 0, new above", figure{sense: lower}, 0, 0.01, worse},
+		{"lower: old 0, within resolution", figure{sense: lower, resolution: 0.017}, 0, 0.0167, unresolved},
+		{"lower: tripled but within resolution", figure{sense: lower, resolution: 1}, 0.3, 0.9, unresolved},
+		{"lower: worse beyond resolution", figure{sense: lower, resolution: 1}, 3, 4.5, worse},
+		{"near: further from the target by 12 %", figure{sense: near, target: 1}, 1.0, 1.12, worse},
+		{"near: closer to the target", figure{sense: near, target: 5}, 6.0, 5.2, held},
+		{"near: below the target, within 10 %", figure{sense: near, target: 1}, 1.0, 0.95, held},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := verdict(tc.f, tc.old, tc.new); got != tc.want {
@@ -99,8 +102,8 @@ func TestCompareFigures(t *testing.T) {
 	new := []figure{fig("b", 15), fig("a", 1.5), fig("b", 15), fig("a", 1.9), fig("a", 1.7), fig("only new", 1)}
 	rows, missing := compareFigures(old, new)
 	want := []row{
-		{goal: "a", unit: "×", old: 2.0, new: 1.7, ratio: 1.7 / 2.0, held: false},
-		{goal: "b", unit: "×", old: 20, new: 15, ratio: 15.0 / 20, held: false},
+		{goal: "a", unit: "×", old: 2.0, new: 1.7, ratio: 1.7 / 2.0, outcome: worse},
+		{goal: "b", unit: "×", old: 20, new: 15, ratio: 15.0 / 20, outcome: worse},
 	}
 	if !reflect.DeepEqual(rows, want) {
 		t.Errorf("rows = %+v, want %+v", rows, want)
@@ -109,8 +112,8 @@ func TestCompareFigures(t *testing.T) {
 		t.Errorf("missing = %q", missing)
 	}
 	rows, _ = compareFigures([]figure{{goal: "z", sense: lower}}, []figure{{goal: "z", value: 1, sense: lower}})
-	if len(rows) != 1 || !math.IsNaN(rows[0].ratio) || rows[0].held {
-		t.Errorf("old 0, new 1 (lower is better): %+v, want ratio NaN, not held", rows)
+	if len(rows) != 1 || !math.IsNaN(rows[0].ratio) || rows[0].outcome != worse {
+		t.Errorf("old 0, new 1 (lower is better): %+v, want ratio NaN, worse", rows)
 	}
 }
 
