@@ -3,6 +3,11 @@
 // docs/PERFORMANCE.md:
 //
 //	go run ./test/bench [-dir DIR] [-size 512MiB] [-idle 120s] [-runs 3] [-only SECTIONS] [-scr-flock DIR -scr-fcntl DIR]
+//	go run ./test/bench -baseline REV [-baseline-rounds 2] ...
+//
+// With -baseline (or -baseline-bin), each section that starts a daemon
+// runs for the daemon built at REV and for this tree's, interleaved, and
+// their figures are compared goal by goal (see compare.go).
 //
 // Every figure is a ratio against a reference measured in the same run, or
 // against the limit the daemon was given, because the machine is shared and
@@ -53,6 +58,9 @@ type config struct {
 	autoCapacity       float64 // bytes/s of its shared destination
 	scrFlock, scrFcntl string  // SCR 1.2.2 builds for the scr section (scr.go); "" if none
 	scrSize            int64   // bytes of its unlimited flush
+
+	baseline, baselineBin string // the old daemon: a git revision, or a binary
+	baselineRounds        int
 }
 
 func run() error {
@@ -67,6 +75,7 @@ func run() error {
 	flag.StringVar(&isize, "interference-size", "4GiB", "size of the flush beside the triad in the interference section")
 	flag.IntVar(&c.interferenceRounds, "interference-rounds", 5, "interleaved rounds of the interference section (the median is reported)")
 	flag.StringVar(&c.only, "only", "", "comma-separated sections to run: copy,bw,percent,burst,latency,idle,interference,verify,sparse,hashfile,many,auto,scr (default all)")
+	c.baselineFlags()
 	entries := flag.String("entries", "1000,10000,100000", "entry counts of 1 KiB files for the many-files section")
 	asize := flag.String("auto-size", "512MiB", "size of each flush of the BW auto section")
 	flag.Float64Var(&c.autoCapacity, "auto-capacity", 100e6, "bandwidth in bytes/s of the BW auto section's shared FUSE destination")
@@ -125,14 +134,16 @@ func run() error {
 		{"auto", b.bwAuto},
 		{"scr", b.scrPeer},
 	}
+	start := time.Now()
 	for _, s := range sections {
 		if c.only != "" && !slices.Contains(strings.Split(c.only, ","), s.name) {
 			continue
 		}
-		if err := s.fn(); err != nil {
+		if err := b.runSection(s.name, s.fn); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
+	b.summary(start)
 	return nil
 }
 
@@ -140,7 +151,8 @@ func run() error {
 type bench struct {
 	c        config
 	work     string
-	bin      string
+	bin      string    // holds this tree's binaries: scr-transferd and what sections build
+	exe      daemonBin // the daemon startDaemon starts
 	cache    string
 	pfs      string
 	transfer string
@@ -148,6 +160,10 @@ type bench struct {
 	daemon   *exec.Cmd
 	proc     *process.Process
 	log      *os.File
+
+	cmp    *comparison // nil without a baseline
+	figs   []figure    // what the sections measured with exe (see record)
+	starts int         // daemons started with exe
 }
 
 func newBench(work string, c config) (*bench, error) {
@@ -168,11 +184,8 @@ func newBench(work string, c config) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	build := exec.Command("go", "build", "-o", b.bin, "./cmd/scr-transferd")
-	build.Dir = root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("building scr-transferd: %w", err)
+	if err := b.daemons(root); err != nil {
+		return nil, err
 	}
 	b.store = hashfile.NewStore(b.transfer, hashfile.Flock)
 	return b, nil
@@ -185,15 +198,29 @@ func (b *bench) startDaemon() error { return b.startDaemonWith() }
 func (b *bench) ctx() context.Context { return context.Background() }
 
 // startDaemonWith starts a fresh daemon with the given flags.
-func (b *bench) startDaemonWith(flags ...string) error {
+func (b *bench) startDaemonWith(flags ...string) error { return b.startDaemonCmd(nil, flags...) }
+
+// startDaemonCmd starts a fresh daemon of b.exe with the given flags, as an
+// argument of the command prefix (such as taskset) if there is one. The
+// transfer file's directory is created first: a daemon refuses a missing
+// one unless told otherwise, and an older one has no flag to tell it.
+func (b *bench) startDaemonCmd(prefix []string, flags ...string) error {
 	b.stopDaemon()
+	if err := b.exe.check(flags); err != nil {
+		return err
+	}
 	_ = os.Remove(b.transfer)
+	if err := os.MkdirAll(filepath.Dir(b.transfer), 0o755); err != nil {
+		return err
+	}
 	log, err := os.Create(filepath.Join(b.work, "daemon.log"))
 	if err != nil {
 		return err
 	}
 	b.log = log
-	cmd := exec.Command(filepath.Join(b.bin, "scr-transferd"), append(flags, b.transfer)...)
+	argv := slices.Concat(prefix, []string{b.exe.path}, flags, []string{b.transfer})
+	cmd := exec.Command(argv[0], argv[1:]...)
+	b.starts++
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		return err

@@ -46,6 +46,8 @@ func (b *bench) manyFiles() error {
 		}
 		fmt.Printf("| %d × %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %s |\n", s.n, sizeText(s.size),
 			float64(s.n)/m.cp.Seconds(), mbps(total, m.cp), float64(s.n)/m.daemon.Seconds(), mbps(total, m.daemon), m.cp.Seconds()/m.daemon.Seconds(), fl)
+		b.record(figure{goal: fmt.Sprintf("%d × %s: files/s vs cp -r + sync", s.n, sizeText(s.size)), unit: "×", value: m.cp.Seconds() / m.daemon.Seconds(), sense: higher})
+		b.record(figure{goal: fmt.Sprintf("%d × %s: files/s (the daemon's own)", s.n, sizeText(s.size)), unit: "files/s", value: float64(s.n) / m.daemon.Seconds(), sense: higher})
 	}
 	fmt.Println()
 	fmt.Println("The durable floor is the least a copy of small files making the daemon's promise does: one thread, each file into an unnamed file, the write-back started every 8 MiB, one syncfs for the data, a link per file, one syncfs for the names; no check, CRC or transfer file.")
@@ -73,6 +75,8 @@ func (b *bench) manyFiles() error {
 		}
 		fmt.Printf("| %d | %.1f MB | %.2f s | %.2f s | %.2f× | %.1f ms | %.0f MB |\n", n, float64(size)/1e6,
 			m.cp.Seconds(), m.daemon.Seconds(), m.cp.Seconds()/m.daemon.Seconds(), ms(upd), float64(hwm)/1e6)
+		b.record(figure{goal: fmt.Sprintf("%d entries of 1 KiB: speed vs cp -r + sync", n), unit: "×", value: m.cp.Seconds() / m.daemon.Seconds(), sense: higher})
+		b.record(figure{goal: fmt.Sprintf("%d entries of 1 KiB: daemon peak RSS", n), unit: "MB", value: float64(hwm) / 1e6, sense: lower})
 		updates = append(updates, fmt.Sprintf("%d entries: %.1f ms", n, ms(m.update)))
 	}
 	fmt.Println()

@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shirou/gopsutil/v3/process"
-
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
@@ -171,6 +169,8 @@ func (b *bench) dutyCycle() error {
 		share := 100 * all.share(busy)
 		fmt.Printf("| %.0f | %d | %.2f | %.1f %% | %+.1f | %.1f %% | %.1f %% | %.1f %% | %.0f |\n", p, runs, wall.Seconds(), share, share-p,
 			cpu, io, cpu+io, mbps(int64(runs)*size, wall))
+		b.record(figure{goal: fmt.Sprintf("PERCENT %.0f: working share of wall time", p), unit: "%", value: share, sense: near, target: p})
+		b.record(figure{goal: fmt.Sprintf("PERCENT %.0f: CPU share", p), unit: "%", value: cpu, sense: lower, resolution: tickShare(wall)})
 	}
 	fmt.Println()
 	return nil
@@ -216,7 +216,9 @@ func (b *bench) oneSecondFlush() error {
 		first, last := writeSpan(s)
 		span := "-"
 		if last.at.After(first.at) {
-			span = fmt.Sprintf("%.3f", float64(last.bytes-first.bytes)/last.at.Sub(first.at).Seconds()/limit)
+			r := float64(last.bytes-first.bytes) / last.at.Sub(first.at).Seconds() / limit
+			span = fmt.Sprintf("%.3f", r)
+			b.record(figure{goal: fmt.Sprintf("one second's worth at BW %.0f MB/s after 3 s idle: first to last write / limit", limit/1e6), unit: "×", value: r, sense: near, target: 1})
 		}
 		fmt.Printf("| %.0f MB/s | %.3f s | %.3f | %s |\n", limit/1e6, d.Seconds(), float64(size)/d.Seconds()/limit, span)
 		os.Remove(src)
@@ -364,6 +366,10 @@ func (b *bench) interference() error {
 			100*(median(times[i]).Seconds()/alone.Seconds()-1), 100*(lo.Seconds()/alone.Seconds()-1), 100*(hi.Seconds()/alone.Seconds()-1))
 	}
 	fmt.Println()
+	// The triad alone varies by its own spread: a slowdown closer than that
+	// is not told apart.
+	spread := 100 * (slices.Max(times[0]) - slices.Min(times[0])).Seconds() / alone.Seconds()
+	b.record(figure{goal: contenders[1].name + ": triad slowdown beside it (median)", unit: "%", value: 100 * (median(times[1]).Seconds()/alone.Seconds() - 1), sense: lower, resolution: spread})
 	return nil
 }
 
@@ -382,23 +388,7 @@ func startPinned(name string, args ...string) (func(), error) {
 
 // startDaemonPinned starts a fresh daemon on the given CPUs.
 func (b *bench) startDaemonPinned(cpus string) error {
-	b.stopDaemon()
-	_ = os.Remove(b.transfer)
-	log, err := os.Create(filepath.Join(b.work, "daemon.log"))
-	if err != nil {
-		return err
-	}
-	b.log = log
-	cmd := exec.Command("taskset", "-c", cpus, filepath.Join(b.bin, "scr-transferd"), b.transfer)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	b.daemon = cmd
-	if b.proc, err = process.NewProcess(int32(cmd.Process.Pid)); err != nil {
-		return err
-	}
-	return b.waitFor(30*time.Second, func(v transfer.View) bool { return v.State == transfer.Stopped })
+	return b.startDaemonCmd([]string{"taskset", "-c", cpus})
 }
 
 // idleShm measures a daemon with nothing to do whose transfer file lives on
@@ -443,6 +433,8 @@ func (b *bench) idleShm() error {
 	fmt.Println("|---:|---:|---:|---:|")
 	fmt.Printf("| %.3f s | %.4f %% | %.1f MB | %d (%.2f/s) |\n\n", (c1 - c0).Seconds(), (c1-c0).Seconds()/wall.Seconds()*100,
 		float64(mem.RSS)/1e6, w1-w0, float64(w1-w0)/wall.Seconds())
+	b.record(figure{goal: fmt.Sprintf("idle %v: CPU share of one core", b.c.idle), unit: "%", value: (c1 - c0).Seconds() / wall.Seconds() * 100, sense: lower, resolution: tickShare(wall)})
+	b.record(figure{goal: "idle: RSS", unit: "MB", value: float64(mem.RSS) / 1e6, sense: lower})
 	return nil
 }
 
