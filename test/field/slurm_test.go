@@ -579,3 +579,49 @@ func globs(dir, pattern string) []string {
 	sort.Strings(m)
 	return m
 }
+
+// TestSlurmFlushJobToGluster submits deploy/slurm/flush-job.sbatch with
+// GlusterFS as the parallel file system: both nodes' daemons flush into one
+// dataset directory on a FUSE client mount of a real distributed file
+// system (no O_TMPFILE, no syncfs there: the fallbacks run), the job
+// completes 0:0 and every checkpoint arrives byte for byte.
+func TestSlurmFlushJobToGluster(t *testing.T) {
+	testenv.Long(t, "a Slurm job flushing to GlusterFS")
+	t.Parallel()
+	c := slurmCluster(t)
+	root := os.Getenv("SCR_GLUSTER")
+	if root == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("SCR_GLUSTER is not set: CI brings GlusterFS up with test/gluster/up.sh before the Slurm cluster")
+		}
+		t.Skip("SCR_GLUSTER is not set: bring GlusterFS up with test/gluster/up.sh before test/field/slurm-up.sh")
+	}
+	dir, _, out := work(t)
+	pfs, err := os.MkdirTemp(filepath.Join(root, "field"), "slurm-")
+	if err != nil {
+		t.Fatalf("the GlusterFS mount for field jobs: %v (test/gluster/up.sh makes it)", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pfs) })
+	if err := os.Chmod(pfs, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	const ckpts = 2
+	id := c.submit(t, dir, "../../deploy/slurm/flush-job.sbatch",
+		"FIELD_PFS="+pfs, "FIELD_OUT="+out, "FIELD_CKPTS="+strconv.Itoa(ckpts), "FIELD_KB=300")
+	c.removeNodeDirs(t, id)
+	j := c.waitEnd(t, id)
+	if j["JobState"] != "COMPLETED" || j["ExitCode"] != "0:0" {
+		t.Errorf("job %s: JobState=%s ExitCode=%s, want COMPLETED 0:0", id, j["JobState"], j["ExitCode"])
+	}
+	nothingLeft(t, id)
+	entries := readManifests(t, out)
+	if want := len(slurmNodes) * 2 * ckpts * 2; len(entries) != want {
+		t.Fatalf("the application handed over %d files, want %d", len(entries), want)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.dest, pfs+"/") {
+			t.Fatalf("a checkpoint went to %s, not beneath the GlusterFS mount %s", e.dest, pfs)
+		}
+	}
+	sameBytes(t, entries)
+}

@@ -8,12 +8,14 @@ root="${SCR_GLUSTER:-/run/scr-gluster}"
 vol=scrtest
 img="/var/tmp/scr-gluster-brick.img"
 
-for n in node1 node2; do
+for n in node1 node2 field; do
   mountpoint -q "$root/$n" && umount -l "$root/$n"
 done
 if command -v gluster >/dev/null && pgrep -x glusterd >/dev/null; then
   gluster --mode=script volume stop "$vol" force >/dev/null 2>&1
   gluster --mode=script volume delete "$vol" >/dev/null 2>&1
+  gluster --mode=script volume stop scrfield force >/dev/null 2>&1
+  gluster --mode=script volume delete scrfield >/dev/null 2>&1
   # glusterd stops only if up.sh started it and no other volume is left.
   if [ -f "$root/glusterd.pid" ] && ! gluster --mode=script volume list 2>/dev/null | grep -qv '^No volumes'; then
     kill "$(cat "$root/glusterd.pid")" 2>/dev/null
@@ -21,5 +23,6 @@ if command -v gluster >/dev/null && pgrep -x glusterd >/dev/null; then
 fi
 mountpoint -q "$root/brickfs" && umount -l "$root/brickfs"
 rm -f "$img" "$root/volume" "$root/glusterd.pid"
-rmdir "$root/node1" "$root/node2" "$root/brickfs" "$root" 2>/dev/null
+rm -rf /var/tmp/scr-gluster-field-brick
+rmdir "$root/node1" "$root/node2" "$root/field" "$root/brickfs" "$root" 2>/dev/null
 exit 0

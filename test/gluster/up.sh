@@ -9,6 +9,7 @@
 #   $SCR_GLUSTER/brickfs                     the loop-mounted ext4 holding the brick
 #   $SCR_GLUSTER/brickfs/brick               the brick
 #   $SCR_GLUSTER/volume                      the volume's name
+#   $SCR_GLUSTER/field                       a client mount of a second volume, for test/field's Slurm jobs
 #
 # Environment: SCR_GLUSTER (default /run/scr-gluster), SCR_GLUSTER_SIZE
 # (the brick file system, default 512M). test/gluster/down.sh undoes it.
@@ -78,4 +79,31 @@ for n in node1 node2; do
   fi
 done
 echo "$vol" >"$root/volume"
+
+# A second volume for test/field's Slurm jobs, apart from the one the
+# end-to-end tests fill and whose brick they kill: its brick a plain
+# directory, its one client mount $root/field.
+fvol=scrfield
+fbrick=/var/tmp/scr-gluster-field-brick
+mkdir -p "$fbrick" "$root/field"
+if ! gluster --mode=script volume info "$fvol" >/dev/null 2>&1; then
+  gluster --mode=script volume create "$fvol" "$host:$fbrick" force >/dev/null \
+    || die "cannot create volume $fvol"
+  for opt in performance.quick-read performance.io-cache performance.stat-prefetch \
+             performance.read-ahead performance.readdir-ahead performance.open-behind; do
+    gluster --mode=script volume set "$fvol" "$opt" off >/dev/null || die "cannot set $opt off on $fvol"
+  done
+fi
+if ! gluster --mode=script volume info "$fvol" | grep -q '^Status: Started'; then
+  gluster --mode=script volume start "$fvol" >/dev/null || die "cannot start volume $fvol"
+fi
+if ! mountpoint -q "$root/field"; then
+  ok=0
+  for _ in $(seq 1 50); do
+    if mount -t glusterfs -o "$mountopts" "$host:/$fvol" "$root/field" 2>/dev/null && mountpoint -q "$root/field"; then ok=1; break; fi
+    sleep 0.2
+  done
+  [ "$ok" -eq 1 ] || die "cannot mount $host:/$fvol on $root/field"
+fi
+chmod 1777 "$root/field"
 echo "$root"
