@@ -246,7 +246,7 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
 	s.buf, err = readAll(f, s.buf)
-	s.buf = declared(s.buf)
+	s.buf = Declared(s.buf)
 	owner := fileOwner(f)
 	s.closeFile(f) // releases the lock before decoding
 	if err != nil {
@@ -316,7 +316,7 @@ func (s *Store) unchanged() bool {
 	if s.buf, err = readAll(f, s.buf); err != nil {
 		return false
 	}
-	s.buf = declared(s.buf)
+	s.buf = Declared(s.buf)
 	return s.cached()
 }
 
@@ -371,7 +371,7 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		return nil, false, fmt.Errorf("%s: %w", s.path, err)
 	}
 	s.buf, err = readAll(f, s.buf)
-	s.buf = declared(s.buf)
+	s.buf = Declared(s.buf)
 	if err != nil {
 		s.tree = nil
 		return nil, false, fmt.Errorf("%s: read: %w", s.path, err)
@@ -467,7 +467,7 @@ func fileOwner(f *os.File) uint32 {
 	return st.Uid
 }
 
-// declared returns the image a file's header declares, when the file is
+// Declared returns the image a file's header declares, when the file is
 // longer: what a rewrite leaves when its writer is killed between writing
 // a shorter image and cutting the file to it (step 5 of the protocol,
 // write then ftruncate, cannot be one step). The image itself is whole
@@ -475,7 +475,7 @@ func fileOwner(f *os.File) uint32 {
 // reads the size the header gives. The next rewrite cuts the stale tail
 // off. Anything that does not declare a size within the file is returned
 // as it is, for Decode to judge.
-func declared(b []byte) []byte {
+func Declared(b []byte) []byte {
 	if len(b) < HeaderSize || binary.BigEndian.Uint32(b[0:]) != Magic {
 		return b
 	}
