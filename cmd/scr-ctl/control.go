@@ -373,6 +373,9 @@ func manifestLine(text string, size int64) (a addition, ok bool, err error) {
 	if t := strings.TrimSpace(text); t == "" || strings.HasPrefix(t, "#") {
 		return addition{}, false, nil
 	}
+	if i := strings.IndexAny(text, "\n\x00"); i >= 0 {
+		return addition{}, false, fmt.Errorf("a line end or NUL at byte %d of %q: no path holds one", i, text)
+	}
 	var fields []string
 	if strings.Contains(text, "\t") {
 		for _, f := range strings.Split(text, "\t") {
