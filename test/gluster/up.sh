@@ -46,19 +46,25 @@ for _ in $(seq 1 100); do
 done
 gluster --mode=script pool list >/dev/null || die "glusterd does not answer"
 
-if ! gluster --mode=script volume info "$vol" >/dev/null 2>&1; then
-  gluster --mode=script volume create "$vol" "$host:$root/brickfs/brick" force >/dev/null \
-    || die "cannot create volume $vol"
-  # Every node must see the others' writes at once, as on a PFS with
-  # coherent clients: no client-side caching of data or metadata.
-  for opt in performance.quick-read performance.io-cache performance.stat-prefetch \
-             performance.read-ahead performance.readdir-ahead performance.open-behind; do
-    gluster --mode=script volume set "$vol" "$opt" off >/dev/null || die "cannot set $opt off"
-  done
-fi
-if ! gluster --mode=script volume info "$vol" | grep -q '^Status: Started'; then
-  gluster --mode=script volume start "$vol" >/dev/null || die "cannot start volume $vol"
-fi
+# volume NAME BRICK creates (once) and starts the volume NAME of one brick.
+# Every node must see the others' writes at once, as on a PFS with
+# coherent clients: no client-side caching of data or metadata.
+volume() {
+  local name=$1 brick=$2 opt
+  if ! gluster --mode=script volume info "$name" >/dev/null 2>&1; then
+    gluster --mode=script volume create "$name" "$host:$brick" force >/dev/null \
+      || die "cannot create volume $name"
+    for opt in performance.quick-read performance.io-cache performance.stat-prefetch \
+               performance.read-ahead performance.readdir-ahead performance.open-behind; do
+      gluster --mode=script volume set "$name" "$opt" off >/dev/null || die "cannot set $opt off on $name"
+    done
+  fi
+  if ! gluster --mode=script volume info "$name" | grep -q '^Status: Started'; then
+    gluster --mode=script volume start "$name" >/dev/null || die "cannot start volume $name"
+  fi
+}
+
+volume "$vol" "$root/brickfs/brick"
 # A brick killed by a test and not restarted comes back with force.
 if gluster --mode=script volume status "$vol" 2>/dev/null | grep '^Brick ' | grep -q ' N '; then
   gluster --mode=script volume start "$vol" force >/dev/null || die "cannot restart the brick of $vol"
@@ -68,15 +74,19 @@ fi
 # plain readdir: with them, a client was seen to leave a file it had just
 # renamed into a directory out of that directory's listing for minutes.
 mountopts=use-readdirp=no,attribute-timeout=0,entry-timeout=0,negative-timeout=0
+# client VOLUME DIR mounts (once) a FUSE client of VOLUME at DIR.
+client() {
+  local name=$1 dir=$2 ok=0
+  mountpoint -q "$dir" && return 0
+  for _ in $(seq 1 50); do
+    if mount -t glusterfs -o "$mountopts" "$host:/$name" "$dir" 2>/dev/null && mountpoint -q "$dir"; then ok=1; break; fi
+    sleep 0.2
+  done
+  [ "$ok" -eq 1 ] || die "cannot mount $host:/$name on $dir"
+}
+
 for n in node1 node2; do
-  if ! mountpoint -q "$root/$n"; then
-    ok=0
-    for _ in $(seq 1 50); do
-      if mount -t glusterfs -o "$mountopts" "$host:/$vol" "$root/$n" 2>/dev/null && mountpoint -q "$root/$n"; then ok=1; break; fi
-      sleep 0.2
-    done
-    [ "$ok" -eq 1 ] || die "cannot mount $host:/$vol on $root/$n"
-  fi
+  client "$vol" "$root/$n"
 done
 echo "$vol" >"$root/volume"
 
@@ -86,24 +96,7 @@ echo "$vol" >"$root/volume"
 fvol=scrfield
 fbrick=/var/tmp/scr-gluster-field-brick
 mkdir -p "$fbrick" "$root/field"
-if ! gluster --mode=script volume info "$fvol" >/dev/null 2>&1; then
-  gluster --mode=script volume create "$fvol" "$host:$fbrick" force >/dev/null \
-    || die "cannot create volume $fvol"
-  for opt in performance.quick-read performance.io-cache performance.stat-prefetch \
-             performance.read-ahead performance.readdir-ahead performance.open-behind; do
-    gluster --mode=script volume set "$fvol" "$opt" off >/dev/null || die "cannot set $opt off on $fvol"
-  done
-fi
-if ! gluster --mode=script volume info "$fvol" | grep -q '^Status: Started'; then
-  gluster --mode=script volume start "$fvol" >/dev/null || die "cannot start volume $fvol"
-fi
-if ! mountpoint -q "$root/field"; then
-  ok=0
-  for _ in $(seq 1 50); do
-    if mount -t glusterfs -o "$mountopts" "$host:/$fvol" "$root/field" 2>/dev/null && mountpoint -q "$root/field"; then ok=1; break; fi
-    sleep 0.2
-  done
-  [ "$ok" -eq 1 ] || die "cannot mount $host:/$fvol on $root/field"
-fi
+volume "$fvol" "$fbrick"
+client "$fvol" "$root/field"
 chmod 1777 "$root/field"
 echo "$root"
