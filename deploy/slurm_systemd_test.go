@@ -269,11 +269,25 @@ func TestSystemdJobScriptWithoutUserManager(t *testing.T) {
 // everything, exits 0, and leaves that daemon running and the cache to
 // the site's epilog.
 func TestSystemdJobScriptUsesADaemonAlreadyServing(t *testing.T) {
-	j := startSystemdJob(t, fakeApp, true, "FAKE_SYSTEMCTL_OTHER_DAEMON=1")
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"unit fails at once", []string{"FAKE_SYSTEMCTL_OTHER_DAEMON=1"}},
+		// The unit's start fails only once the job waits for its flush:
+		// the job must not take the cache for its own when it ends first.
+		{"unit fails late", []string{"FAKE_SYSTEMCTL_OTHER_DAEMON=1", "FAKE_SYSTEMCTL_LATE_UNIT=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { jobBesideAnotherDaemon(t, tc.env) })
+	}
+}
+
+func jobBesideAnotherDaemon(t *testing.T, env []string) {
+	j := startSystemdJob(t, fakeApp, true, env...)
 	if code := j.wait(t); code != 0 {
 		t.Errorf("job exit status %d, want 0", code)
 	}
-	if !strings.Contains(j.out.String(), "already serves") {
+	if !strings.Contains(j.out.String(), "still serves") {
 		t.Error("the output does not say that another daemon serves the transfer file")
 	}
 	for i := 1; i <= 3; i++ {

@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,108 +52,28 @@ exit "${APP_STATUS:-0}"
 // with the application's status, leave a log named after the node, name
 // the node on its own lines, and clean the node-local cache.
 func TestFlushJobScript(t *testing.T) {
-	bash := tool(t, "bash", "bash")
-	me, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, status := range []int{0, 3} {
 		t.Run(map[int]string{0: "application succeeds", 3: "application fails"}[status], func(t *testing.T) {
-			dir := t.TempDir()
-			bin := filepath.Join(dir, "bin")
-			mustMkdir(t, bin)
-			buildTools(t, bin)
-			srun, err := filepath.Abs("testdata/fake-srun")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Symlink(srun, filepath.Join(bin, "srun")); err != nil {
-				t.Fatal(err)
-			}
-			app := filepath.Join(dir, "app")
-			if err := os.WriteFile(app, []byte(fakeApp), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			random := filepath.Join(dir, "random")
-			b := make([]byte, 400000)
-			_, _ = rand.Read(b)
-			if err := os.WriteFile(random, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			shm, work, want, dest := filepath.Join(dir, "shm"), filepath.Join(dir, "work"), filepath.Join(dir, "want"), filepath.Join(dir, "pfs")
-			for _, d := range []string{shm, work, want} {
-				mustMkdir(t, d)
-			}
-			script, err := filepath.Abs("slurm/flush-job.sbatch")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd := exec.Command(bash, script, app)
-			cmd.Dir = work
-			cmd.Env = append(os.Environ(),
-				"PATH="+bin+":"+os.Getenv("PATH"),
-				"USER="+me.Username,
-				"SLURM_JOB_ID=4242", "SLURM_JOB_NUM_NODES=1", "SLURM_NTASKS=2",
-				"SCR_CNTL_BASE="+shm, "SCR_CACHE_BASE="+shm,
-				"FAKE_SRUN_LOG="+filepath.Join(dir, "steps"),
-				"RANDOM_SOURCE="+random, "WANT="+want, "DEST="+dest,
-				"APP_STATUS="+string(rune('0'+status)),
-			)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			// Its own process group: whatever the script leaves running
-			// (a daemon, should it fail) is killed with it.
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err = <-done:
-			case <-time.After(5 * time.Minute):
-				_ = cmd.Process.Kill()
-				<-done
-				t.Fatalf("the job script did not end within 5 minutes:\n%s", out.String())
-			}
-			steps, _ := os.ReadFile(filepath.Join(dir, "steps"))
-			t.Logf("job output:\n%s\nsteps:\n%s", out.String(), steps)
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			j := newFlushJob(t)
+			code := j.run(t, "APP_STATUS="+strconv.Itoa(status))
 			if code != status {
 				t.Fatalf("job exit status %d, want the application's %d", code, status)
 			}
-			for i := 1; i <= 3; i++ {
-				name := "rank_" + string(rune('0'+i))
-				w, err := os.ReadFile(filepath.Join(want, name))
-				if err != nil {
-					t.Fatal(err)
-				}
-				g, err := os.ReadFile(filepath.Join(dest, name))
-				if err != nil || !bytes.Equal(g, w) {
-					t.Errorf("%s not flushed byte for byte (%v)", name, err)
-				}
-			}
-			if _, err := os.Stat(filepath.Join(shm, me.Username, "scr.4242")); !errors.Is(err, os.ErrNotExist) {
+			j.flushed(t)
+			if _, err := os.Stat(filepath.Join(j.shm, j.user, "scr.4242")); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the node-local cache and control directory are still there after a complete flush (%v)", err)
 			}
-			log, err := os.ReadFile(filepath.Join(work, "scr-transferd.4242.node0.log"))
+			log, err := os.ReadFile(filepath.Join(j.work, "scr-transferd.4242.node0.log"))
 			if err != nil || !bytes.Contains(log, []byte(`"level":"info"`)) {
 				t.Errorf("no JSON log named after the node: %v\n%s", err, log)
 			}
-			if !regexp.MustCompile(`(?m)^node0: `).Match(out.Bytes()) {
+			if !regexp.MustCompile(`(?m)^node0: `).MatchString(j.out) {
 				t.Error("no output line names the node")
 			}
 			// The control directory is made on every node before any
 			// scr-ctl command waits for the daemons.
 			mkdir, wait := -1, -1
-			for i, line := range strings.Split(string(steps), "\n") {
+			for i, line := range strings.Split(j.steps, "\n") {
 				if strings.Contains(line, "mkdir") && mkdir < 0 {
 					mkdir = i
 				}
@@ -161,9 +82,177 @@ func TestFlushJobScript(t *testing.T) {
 				}
 			}
 			if mkdir < 0 || mkdir > wait {
-				t.Errorf("no step creates the control directory before the first scr-ctl --wait:\n%s", steps)
+				t.Errorf("no step creates the control directory before the first scr-ctl --wait:\n%s", j.steps)
 			}
 		})
+	}
+}
+
+// TestFlushJobScriptBesideAnotherDaemon: a daemon not the job's (a site
+// prolog's) already serves the transfer file. The job's daemon exits 3 —
+// at once, or only once the job waits for its flush, as on a busy node —
+// and the job uses the other one: it flushes everything, exits 0, never
+// stops that daemon, and leaves the cache it serves to the site's epilog.
+func TestFlushJobScriptBesideAnotherDaemon(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "job daemon fails at once", true: "job daemon fails late"}[late], func(t *testing.T) {
+			j := newFlushJob(t)
+			cntl := filepath.Join(j.shm, j.user, "scr.4242")
+			mustMkdir(t, cntl)
+			transfer := filepath.Join(cntl, "transfer.scrinfo")
+			other := exec.Command(filepath.Join(j.bin, "scr-transferd"), transfer)
+			var otherOut bytes.Buffer
+			other.Stdout, other.Stderr = &otherOut, &otherOut
+			if err := other.Start(); err != nil {
+				t.Fatal(err)
+			}
+			otherDone := make(chan error, 1)
+			go func() { otherDone <- other.Wait() }()
+			t.Cleanup(func() { _ = other.Process.Kill(); <-otherDone })
+			j.waitServed(t, transfer)
+			var env []string
+			if late {
+				// The job's daemon starts once the job waits for the flush.
+				shim := filepath.Join(j.bin, "scr-transferd")
+				if err := os.Remove(shim); err != nil {
+					t.Fatal(err)
+				}
+				script := "#!/bin/bash\nuntil grep -q 'scr-ctl wait' \"$FAKE_SRUN_LOG\"; do sleep 0.05; done\nexec " +
+					builtBinary(t, "scr-transferd") + " \"$@\"\n"
+				if err := os.WriteFile(shim, []byte(script), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if code := j.run(t, env...); code != 0 {
+				t.Errorf("job exit status %d, want 0", code)
+			}
+			j.flushed(t)
+			if !strings.Contains(j.out, "still serves") {
+				t.Error("the output does not say that another daemon serves the transfer file")
+			}
+			select {
+			case err := <-otherDone:
+				otherDone <- err
+				t.Errorf("the job stopped the daemon it did not start (%v):\n%s", err, otherOut.String())
+			default:
+			}
+			if _, err := os.Stat(filepath.Join(j.shm, j.user, "scr.4242", "ckpt.1", "rank_1")); err != nil {
+				t.Errorf("the cache the other daemon serves was removed (the site's epilog reaps it): %v", err)
+			}
+		})
+	}
+}
+
+// flushJob is deploy/slurm/flush-job.sbatch run as Slurm would in a
+// one-node allocation of two tasks, with the real daemon and scr-ctl and
+// testdata/fake-srun standing in for srun, the application fakeApp.
+type flushJob struct {
+	dir, bin, shm, work, want, dest, user string
+	out, steps                            string // once run
+}
+
+func newFlushJob(t *testing.T) *flushJob {
+	t.Helper()
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	j := &flushJob{dir: dir, bin: filepath.Join(dir, "bin"), shm: filepath.Join(dir, "shm"),
+		work: filepath.Join(dir, "work"), want: filepath.Join(dir, "want"), dest: filepath.Join(dir, "pfs"), user: me.Username}
+	for _, d := range []string{j.bin, j.shm, j.work, j.want} {
+		mustMkdir(t, d)
+	}
+	buildTools(t, j.bin)
+	srun, err := filepath.Abs("testdata/fake-srun")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(srun, filepath.Join(j.bin, "srun")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "app"), []byte(fakeApp), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 400000)
+	_, _ = rand.Read(b)
+	if err := os.WriteFile(filepath.Join(dir, "random"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// run runs the job script with env added and returns its exit status.
+func (j *flushJob) run(t *testing.T, env ...string) int {
+	t.Helper()
+	script, err := filepath.Abs("slurm/flush-job.sbatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(tool(t, "bash", "bash"), script, filepath.Join(j.dir, "app"))
+	cmd.Dir = j.work
+	cmd.Env = append(os.Environ(),
+		"PATH="+j.bin+":"+os.Getenv("PATH"),
+		"USER="+j.user,
+		"SLURM_JOB_ID=4242", "SLURM_JOB_NUM_NODES=1", "SLURM_NTASKS=2",
+		"SCR_CNTL_BASE="+j.shm, "SCR_CACHE_BASE="+j.shm,
+		"FAKE_SRUN_LOG="+filepath.Join(j.dir, "steps"),
+		"RANDOM_SOURCE="+filepath.Join(j.dir, "random"), "WANT="+j.want, "DEST="+j.dest,
+	)
+	cmd.Env = append(cmd.Env, env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	// Its own process group: whatever the script leaves running
+	// (a daemon, should it fail) is killed with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("the job script did not end within 5 minutes:\n%s", out.String())
+	}
+	steps, _ := os.ReadFile(filepath.Join(j.dir, "steps"))
+	j.out, j.steps = out.String(), string(steps)
+	t.Logf("job output:\n%s\nsteps:\n%s", j.out, j.steps)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// flushed checks that the application's three files are at their
+// destinations byte for byte.
+func (j *flushJob) flushed(t *testing.T) {
+	t.Helper()
+	for i := 1; i <= 3; i++ {
+		name := "rank_" + strconv.Itoa(i)
+		w, err := os.ReadFile(filepath.Join(j.want, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err := os.ReadFile(filepath.Join(j.dest, name)); err != nil || !bytes.Equal(g, w) {
+			t.Errorf("%s not flushed byte for byte (%v)", name, err)
+		}
+	}
+}
+
+// waitServed waits until a daemon serves transfer (it has recorded its
+// first STATE, as scr-ctl stop --wait sees it).
+func (j *flushJob) waitServed(t *testing.T, transfer string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(j.bin, "scr-ctl"), "stop", "--wait", "--create", "--grace=60s", "--timeout=60s", transfer)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("no daemon serves %s: %v\n%s", transfer, err, out)
 	}
 }
 
