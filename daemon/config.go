@@ -84,7 +84,7 @@ type Config struct {
 
 	// RetryMin and RetryMax bound the back-off between attempts on a file
 	// in error: it doubles from RetryMin up to RetryMax, and each wait is
-	// drawn at random between half and all of it (see jittered).
+	// drawn at random between half and all of it (see retryPolicy).
 	RetryMin, RetryMax time.Duration
 
 	// ProgressEvery is how often a progress line is logged for the file

@@ -87,10 +87,12 @@ type daemon struct {
 // limits are the BW and PERCENT in force, logged when they change.
 type limits struct{ bw, percent float64 }
 
+// retry is the back-off of a file in error, or of the transfer file while
+// it cannot be used, under retryPolicy (see next).
 type retry struct {
-	delay time.Duration // back-off ceiling, doubling with each failure
-	wait  time.Duration // the jittered wait drawn under it
-	at    time.Time
+	tries int           // back-offs taken since the last success: the policy's attempt count
+	wait  time.Duration // the jittered wait drawn for the next attempt
+	at    time.Time     // when the next attempt is due
 	// failures counts the failed attempts; logged is the error last logged
 	// (folded as transfer.ErrorValue), see logFailure.
 	failures int
@@ -537,7 +539,7 @@ func (d *daemon) sync(first bool) {
 		d.fileUsable()
 	} else {
 		// Read, but a rewrite still has to succeed: try again later.
-		d.fileRetry.at = time.Now().Add(d.fileRetry.delay)
+		d.fileRetry.at = time.Now().Add(d.fileRetry.wait)
 	}
 	if staleExit {
 		d.log.Warn("COMMAND EXIT left from an earlier run (STATE EXITING was recorded) removed; waiting for the next COMMAND",
@@ -639,7 +641,9 @@ func (d *daemon) logThrottle() {
 }
 
 // fileError logs a problem with the transfer file once, until it changes,
-// and sets when to try again. A rewrite that failed (a full file system,
+// and sets when to try again, on the back-off of files in error (jittered:
+// a control file system full on every node at once must not have them all
+// retry in lockstep). A rewrite that failed (a full file system,
 // RLIMIT_FSIZE) left the old image intact; it is retried on the back-off.
 func (d *daemon) fileError(err error) {
 	var we *hashfile.WriteError
@@ -652,9 +656,7 @@ func (d *daemon) fileError(err error) {
 			d.log.Error("cannot use the transfer file; keeping the last good view", zap.Error(err), repairHint(err, d.cfg.TransferFile))
 		}
 	}
-	r := &d.fileRetry
-	r.delay = min(max(r.delay*2, d.cfg.RetryMin), d.cfg.RetryMax)
-	r.at = time.Now().Add(r.delay)
+	d.fileRetry.next(retryPolicy(d.cfg), time.Now(), d.rand())
 }
 
 // repairHint is the log field that tells an operator the way out of a
@@ -1007,7 +1009,7 @@ func (d *daemon) finish(r result) {
 		// the new version is copied from 0 after the shortest back-off.
 		d.log.Warn("source replaced or rewritten during the copy: copying it again from 0",
 			zap.String("src", f.Src), zap.Error(r.err))
-		d.retries[f.Src] = &retry{delay: 0, at: time.Now().Add(d.cfg.RetryMin)}
+		d.retries[f.Src] = afresh(retryPolicy(d.cfg), time.Now(), d.rand())
 	default:
 		d.fail(f, r.err)
 	}
@@ -1034,9 +1036,7 @@ func (d *daemon) backoff(f transfer.File) *retry {
 		r = &retry{}
 		d.retries[f.Src] = r
 	}
-	r.delay = backoffCeiling(r.delay, d.cfg.RetryMin, d.cfg.RetryMax)
-	r.wait = jittered(r.delay, d.rand())
-	r.at = time.Now().Add(r.wait)
+	r.next(retryPolicy(d.cfg), time.Now(), d.rand())
 	return r
 }
 

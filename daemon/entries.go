@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/flush"
+	"github.com/scr-transferd/scr-transferd/internal/backoff"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -199,7 +200,7 @@ func refuseConflicts(files []transfer.File, problems []error, k keyer, prot prot
 // makes the daemon look again. The wait doubles from the retry back-off's
 // floor to its ceiling while they last; the zero value means none stand.
 type recheck struct {
-	delay time.Duration
+	tries int
 	at    time.Time
 }
 
@@ -210,8 +211,8 @@ func (r *recheck) after(now time.Time, byFile bool, lo, hi time.Duration) {
 		*r = recheck{}
 		return
 	}
-	r.delay = backoffCeiling(r.delay, lo, hi)
-	r.at = now.Add(r.delay)
+	r.at = backoff.Policy{First: lo, Max: hi, Factor: 2}.At(now, r.tries, 0)
+	r.tries++
 }
 
 // due reports whether the refusals are to be worked out again at now.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/internal/eintr"
 )
 
 // A fresh copy in a Batch is written to an unnamed file (open(2) with
@@ -79,14 +81,14 @@ func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 // on.
 func (r *run) linkTemp(name string) error {
 	viaProc := func() error {
-		return retry(func() error {
+		return eintr.Do(func() error {
 			return unix.Linkat(unix.AT_FDCWD, procFD(r.tmp), r.dir, name, unix.AT_SYMLINK_FOLLOW)
 		})
 	}
 	if r.c.procLink.Load() {
 		return viaProc()
 	}
-	err := retry(func() error { return unix.Linkat(r.tmp, "", r.dir, name, unix.AT_EMPTY_PATH) })
+	err := eintr.Do(func() error { return unix.Linkat(r.tmp, "", r.dir, name, unix.AT_EMPTY_PATH) })
 	if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EPERM) {
 		return err
 	}
@@ -120,7 +122,7 @@ func (r *run) linkAnon() error {
 	if err := r.checkDirPlace(); err != nil {
 		return err
 	}
-	if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
+	if err := eintr.Do(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
 		return r.renameFailed(err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/flush/autobw"
+	"github.com/scr-transferd/scr-transferd/internal/eintr"
 	"github.com/scr-transferd/scr-transferd/internal/prefault"
 )
 
@@ -112,10 +113,7 @@ func listDir(fd int, size int64) dirNames {
 	names := dirNames{}
 	buf := make([]byte, 32<<10)
 	for read := 0; ; {
-		n, err := unix.Getdents(d, buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
+		n, err := eintr.Value(func() (int, error) { return unix.Getdents(d, buf) })
 		if err != nil {
 			return nil
 		}
@@ -382,7 +380,7 @@ func (b *Batch) syncData(beside func(), errs []error) (syncMode, error) {
 	done := background(beside)
 	var err error
 	for _, fd := range m.syncfs {
-		if err = retry(func() error { return unix.Syncfs(fd) }); err != nil {
+		if err = eintr.Do(func() error { return unix.Syncfs(fd) }); err != nil {
 			break
 		}
 	}
@@ -409,7 +407,7 @@ func (b *Batch) syncData(beside func(), errs []error) (syncMode, error) {
 // each directory once elsewhere.
 func (b *Batch) syncNames(m syncMode) error {
 	for _, fd := range m.syncfs {
-		if err := retry(func() error { return unix.Syncfs(fd) }); err != nil {
+		if err := eintr.Do(func() error { return unix.Syncfs(fd) }); err != nil {
 			return fmt.Errorf("cannot make the published names durable: %w", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/flush/autobw"
+	"github.com/scr-transferd/scr-transferd/internal/eintr"
 )
 
 // Defaults and bounds for Options.
@@ -906,7 +907,7 @@ func (r *run) finalMode() error {
 	if r.tmpStat.Mode&0o7777 == r.c.mode {
 		return nil
 	}
-	if err := retry(func() error { return unix.Fchmod(r.tmp, r.c.mode) }); err != nil {
+	if err := eintr.Do(func() error { return unix.Fchmod(r.tmp, r.c.mode) }); err != nil {
 		return osErr(r.dstName(), "cannot set the mode of partial copy "+r.tmpPath, err)
 	}
 	return nil
@@ -1258,7 +1259,7 @@ func (r *run) place() error {
 		if r.recorded {
 			dropIdentity(r.tmp)
 		}
-		if err := retry(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
+		if err := eintr.Do(func() error { return unix.Renameat(r.dir, r.tmpName, r.dir, r.base) }); err != nil {
 			return r.renameFailed(err)
 		}
 	}

@@ -11,25 +11,13 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/internal/eintr"
 )
 
-// retry runs f until it fails with something other than EINTR.
-func retry(f func() error) error {
-	for {
-		if err := f(); !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
-// openFile is open(2) retried on EINTR.
+// openFile is open(2), made again when interrupted.
 func openFile(path string, flags int, mode uint32) (int, error) {
-	for {
-		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, mode)
-		if !errors.Is(err, unix.EINTR) {
-			return fd, err
-		}
-	}
+	return eintr.Value(func() (int, error) { return unix.Open(path, flags|unix.O_CLOEXEC, mode) })
 }
 
 // openSource opens a source read-only without following a final symbolic
@@ -53,14 +41,9 @@ func openSource(path, root string) (int, error) {
 	return fd, err
 }
 
-// openAt is openat(2) retried on EINTR.
+// openAt is openat(2), made again when interrupted.
 func openAt(dirFD int, name string, flags int, mode uint32) (int, error) {
-	for {
-		fd, err := unix.Openat(dirFD, name, flags|unix.O_CLOEXEC, mode)
-		if !errors.Is(err, unix.EINTR) {
-			return fd, err
-		}
-	}
+	return eintr.Value(func() (int, error) { return unix.Openat(dirFD, name, flags|unix.O_CLOEXEC, mode) })
 }
 
 // openDir opens the destination directory dir, creating it and any missing
@@ -94,7 +77,7 @@ func openDir(dir, root, who string) (int, []string, error) {
 		next := filepath.Join(done, comp)
 		fd, err := openBeneath(rootFD, next, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if errors.Is(err, unix.ENOENT) {
-			err = retry(func() error { return unix.Mkdirat(cur, comp, 0o777) })
+			err = eintr.Do(func() error { return unix.Mkdirat(cur, comp, 0o777) })
 			if err == nil {
 				err = fsync(cur)
 			}
@@ -120,10 +103,7 @@ func openDir(dir, root, who string) (int, []string, error) {
 func preadFull(fd int, b []byte, off int64) (int, error) {
 	done := 0
 	for done < len(b) {
-		n, err := unix.Pread(fd, b[done:], off+int64(done))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
+		n, err := eintr.Value(func() (int, error) { return unix.Pread(fd, b[done:], off+int64(done)) })
 		if err != nil {
 			return done, err
 		}
@@ -138,10 +118,7 @@ func preadFull(fd int, b []byte, off int64) (int, error) {
 // pwriteFull writes all of b at off.
 func pwriteFull(fd int, b []byte, off int64) error {
 	for len(b) > 0 {
-		n, err := unix.Pwrite(fd, b, off)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
+		n, err := eintr.Value(func() (int, error) { return unix.Pwrite(fd, b, off) })
 		if err != nil {
 			return err
 		}
@@ -156,7 +133,7 @@ func pwriteFull(fd int, b []byte, off int64) error {
 
 // fsync flushes fd's data and metadata to stable storage.
 func fsync(fd int) error {
-	return retry(func() error { return unix.Fsync(fd) })
+	return eintr.Do(func() error { return unix.Fsync(fd) })
 }
 
 // fsyncDir makes the entries of directory dir durable.
@@ -174,7 +151,7 @@ func fsyncDir(dir string) error {
 
 // ftruncate sets fd's size.
 func ftruncate(fd int, size int64) error {
-	return retry(func() error { return unix.Ftruncate(fd, size) })
+	return eintr.Do(func() error { return unix.Ftruncate(fd, size) })
 }
 
 // mkdirAll creates dir and any missing parents with mode 0777 less the
@@ -207,7 +184,7 @@ func mkdirAll(dir, who string) ([]string, error) {
 	var changed []string
 	for i := len(missing) - 1; i >= 0; i-- {
 		m := missing[i]
-		err := retry(func() error { return unix.Mkdir(m, 0o777) })
+		err := eintr.Do(func() error { return unix.Mkdir(m, 0o777) })
 		if errors.Is(err, unix.EEXIST) {
 			if serr := unix.Stat(m, &st); serr == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 				continue // created concurrently by someone else

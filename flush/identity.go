@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/internal/eintr"
 )
 
 // identityXattr is the extended attribute of a partial copy that records
@@ -177,7 +179,7 @@ func newToken() string {
 func writeRecord(fd int, rec partialRecord) bool {
 	var b [recordMax]byte
 	enc := rec.appendTo(b[:0])
-	if err := retry(func() error { return fsetxattr(fd, enc) }); err != nil {
+	if err := eintr.Do(func() error { return fsetxattr(fd, enc) }); err != nil {
 		// Never leave an older record standing for these new bytes.
 		_ = unix.Fremovexattr(fd, identityXattr)
 		return false
@@ -208,7 +210,7 @@ func hasRecord(fd int, rec partialRecord) bool {
 	var want, got [recordMax]byte
 	enc := rec.appendTo(want[:0])
 	var n int
-	err := retry(func() error {
+	err := eintr.Do(func() error {
 		var err error
 		n, err = fgetxattr(fd, got[:])
 		return err
@@ -227,7 +229,7 @@ func dropIdentity(fd int) {
 func readRecord(fd int) (rec partialRecord, ok bool, err error) {
 	var buf [recordMax]byte
 	var n int
-	err = retry(func() error {
+	err = eintr.Do(func() error {
 		var err error
 		n, err = fgetxattr(fd, buf[:])
 		return err
@@ -244,7 +246,7 @@ func readRecord(fd int) (rec partialRecord, ok bool, err error) {
 // ever write one partial copy. A file system without flock support leaves
 // the copy unlocked rather than failing it.
 func lockPartial(fd int) error {
-	err := retry(func() error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) })
+	err := eintr.Do(func() error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) })
 	switch {
 	case err == nil, errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOLCK):
 		return nil
@@ -287,7 +289,7 @@ func newPlace(path, root string) (place, error) {
 func (pl *place) stat(st *unix.Stat_t) error {
 	cwd := unix.AT_FDCWD
 	if !pl.confined {
-		return retry(func() error {
+		return eintr.Do(func() error {
 			_, _, e := unix.Syscall6(unix.SYS_NEWFSTATAT, uintptr(cwd), uintptr(unsafe.Pointer(pl.p)),
 				uintptr(unsafe.Pointer(st)), unix.AT_SYMLINK_NOFOLLOW, 0, 0)
 			return errnoErr(e)
@@ -303,7 +305,7 @@ func (pl *place) stat(st *unix.Stat_t) error {
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	}
 	var fd int
-	err = retry(func() error {
+	err = eintr.Do(func() error {
 		r, _, e := unix.Syscall6(unix.SYS_OPENAT2, uintptr(rootFD), uintptr(unsafe.Pointer(pl.rel)),
 			uintptr(unsafe.Pointer(&how)), unsafe.Sizeof(how), 0, 0)
 		if e == unix.EAGAIN {
@@ -321,7 +323,7 @@ func (pl *place) stat(st *unix.Stat_t) error {
 
 func rawOpenat(dirFD int, p *byte, flags int) (int, error) {
 	var fd int
-	err := retry(func() error {
+	err := eintr.Do(func() error {
 		r, _, e := unix.Syscall6(unix.SYS_OPENAT, uintptr(dirFD), uintptr(unsafe.Pointer(p)), uintptr(flags), 0, 0, 0)
 		fd = int(r)
 		return errnoErr(e)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/internal/eintr"
 )
 
 // openExistingDir opens directory dir, beneath root when set, without
@@ -104,7 +106,7 @@ func RemovePartial(path, root, owner string) (bool, error) {
 	if err := unix.Fstatat(dirFD, base, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameFile(&now, &st) {
 		return false, nil
 	}
-	if err := retry(func() error { return unix.Unlinkat(dirFD, base, 0) }); err != nil {
+	if err := eintr.Do(func() error { return unix.Unlinkat(dirFD, base, 0) }); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return false, nil
 		}

@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/scr-transferd/scr-transferd/internal/backoff"
+	"github.com/scr-transferd/scr-transferd/internal/eintr"
 	"github.com/scr-transferd/scr-transferd/internal/prefault"
 )
 
@@ -127,20 +129,19 @@ const (
 )
 
 // lockBackoff returns the wait before retry n (from 0) of a lock held by
-// another process.
+// another process. It is not jittered: the lock's contenders are the
+// processes of one node (the library, the daemon, scr-ctl), not thousands
+// of nodes at once.
 func lockBackoff(n int) time.Duration {
-	if n < lockQuickTries {
-		return lockQuick
-	}
-	return min(LockRetryMin<<min(n-lockQuickTries, 16), LockRetryMax)
+	p := backoff.Policy{Spins: lockQuickTries, Spin: lockQuick, First: LockRetryMin, Max: LockRetryMax, Factor: 2}
+	return p.Wait(n, 0)
 }
 
 // sleepKernel sleeps for d in nanosleep(2), not on a Go timer (see
-// lockQuick).
+// lockQuick); interrupted, it sleeps what remains.
 func sleepKernel(d time.Duration) {
 	ts := unix.NsecToTimespec(d.Nanoseconds())
-	for errors.Is(unix.Nanosleep(&ts, &ts), unix.EINTR) {
-	}
+	_ = eintr.Do(func() error { return unix.Nanosleep(&ts, &ts) })
 }
 
 // NewStore returns a Store for the hash file at path.
@@ -571,25 +572,23 @@ func reserve(f *os.File, img []byte, old int) error {
 		return fmt.Errorf("the new image of %d bytes exceeds the file size limit (RLIMIT_FSIZE %d): %w", len(img), lim.Cur, unix.EFBIG)
 	}
 	fd := int(f.Fd())
-	for {
-		err := unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, int64(old), int64(len(img)-old))
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOSYS):
-			// No fallocate here: write the growth beyond the old end.
-			if _, err := f.WriteAt(img[old:], int64(old)); err != nil {
-				if terr := f.Truncate(int64(old)); terr != nil {
-					return errors.Join(err, terr)
-				}
-				return err
+	err := eintr.Do(func() error {
+		return unix.Fallocate(fd, unix.FALLOC_FL_KEEP_SIZE, int64(old), int64(len(img)-old))
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOSYS):
+		// No fallocate here: write the growth beyond the old end.
+		if _, err := f.WriteAt(img[old:], int64(old)); err != nil {
+			if terr := f.Truncate(int64(old)); terr != nil {
+				return errors.Join(err, terr)
 			}
-			return nil
-		default:
-			return fmt.Errorf("reserving %d bytes: %w", len(img)-old, err)
+			return err
 		}
+		return nil
+	default:
+		return fmt.Errorf("reserving %d bytes: %w", len(img)-old, err)
 	}
 }
 
@@ -677,8 +676,7 @@ func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
 // lock held elsewhere is errBusy.
 func tryLock(f *os.File, locking Locking, exclusive, wait bool) error {
 	fd := int(f.Fd())
-	for {
-		var err error
+	err := eintr.Do(func() error {
 		if locking == Fcntl {
 			lk := unix.Flock_t{Type: unix.F_RDLCK, Whence: io.SeekStart}
 			if exclusive {
@@ -688,27 +686,24 @@ func tryLock(f *os.File, locking Locking, exclusive, wait bool) error {
 			if wait {
 				cmd = unix.F_SETLKW
 			}
-			err = unix.FcntlFlock(uintptr(fd), cmd, &lk)
-		} else {
-			how := unix.LOCK_SH
-			if exclusive {
-				how = unix.LOCK_EX
-			}
-			if !wait {
-				how |= unix.LOCK_NB
-			}
-			err = unix.Flock(fd, how)
+			return unix.FcntlFlock(uintptr(fd), cmd, &lk)
 		}
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, unix.EINTR):
-			continue
-		case !wait && (errors.Is(err, unix.EWOULDBLOCK) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES)):
-			return errBusy
-		default:
-			return fmt.Errorf("%s lock: %w", locking, err)
+		how := unix.LOCK_SH
+		if exclusive {
+			how = unix.LOCK_EX
 		}
+		if !wait {
+			how |= unix.LOCK_NB
+		}
+		return unix.Flock(fd, how)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case !wait && (errors.Is(err, unix.EWOULDBLOCK) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES)):
+		return errBusy
+	default:
+		return fmt.Errorf("%s lock: %w", locking, err)
 	}
 }
 

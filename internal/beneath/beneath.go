@@ -38,6 +38,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/internal/eintr"
 )
 
 // ErrOutside reports a path that does not lie beneath its confining root,
@@ -71,16 +73,13 @@ func OpenRoot(root, path string) (int, string, error) {
 	if !ok {
 		return -1, "", fmt.Errorf("%s is %w %s", path, ErrOutside, root)
 	}
-	for {
-		fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return -1, "", fmt.Errorf("confining directory %s: %w", root, err)
-		}
-		return fd, rel, nil
+	fd, err := eintr.Value(func() (int, error) {
+		return unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return -1, "", fmt.Errorf("confining directory %s: %w", root, err)
 	}
+	return fd, rel, nil
 }
 
 // Open opens rel relative to the directory dirFD by the kernel half of the
@@ -97,11 +96,13 @@ func Open(dirFD int, rel string, flags int, mode uint32) (int, error) {
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	}
 	for {
-		fd, err := unix.Openat2(dirFD, rel, &how)
+		fd, err := eintr.Value(func() (int, error) { return unix.Openat2(dirFD, rel, &how) })
 		switch {
 		case err == nil:
 			return fd, nil
-		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN):
+		case errors.Is(err, unix.EAGAIN):
+			// A rename or mount somewhere on the system raced the
+			// resolution: openat2 asks to be called again.
 			continue
 		case errors.Is(err, unix.EXDEV):
 			return -1, fmt.Errorf("%s leads %w (%w)", rel, ErrOutside, err)

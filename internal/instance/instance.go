@@ -24,6 +24,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/internal/backoff"
+	"github.com/scr-transferd/scr-transferd/internal/eintr"
 )
 
 // LockPath returns the sidecar lock file of transferFile: ".<base>.lock" in
@@ -98,10 +101,14 @@ type Lock struct {
 // conflictWait bounds how long Acquire retries a lock it finds taken
 // before calling it held: Holder takes a shared lock for a moment to probe,
 // and a daemon starting at that moment must not be turned away.
-const (
-	conflictWait  = 250 * time.Millisecond
-	conflictRetry = 10 * time.Millisecond
-)
+const conflictWait = 250 * time.Millisecond
+
+// conflictBackoff is the wait between attempts on a lock found taken: a
+// probe lasts microseconds, so a short constant wait, unjittered (the
+// contenders are processes of one node, not thousands).
+func conflictBackoff() backoff.Policy {
+	return backoff.Policy{First: 10 * time.Millisecond}
+}
 
 // Acquire takes the instance lock of transferFile without waiting for
 // another holder, creating the lock file if needed, and writes the
@@ -113,7 +120,7 @@ const (
 // *ForeignError.
 func Acquire(transferFile string) (*Lock, error) {
 	path := LockPath(transferFile)
-	f, err := take(path, time.Now().Add(conflictWait))
+	f, err := take(path, time.Now().Add(conflictWait), time.Sleep)
 	if err != nil {
 		return nil, err
 	}
@@ -121,9 +128,9 @@ func Acquire(transferFile string) (*Lock, error) {
 }
 
 // take opens the lock file at path and locks it, retrying a lock found
-// taken until deadline.
-func take(path string, deadline time.Time) (*os.File, error) {
-	for {
+// taken until deadline after the waits of conflictBackoff, slept by sleep.
+func take(path string, deadline time.Time, sleep func(time.Duration)) (*os.File, error) {
+	for busy := 0; ; {
 		f, err := openLockFile(path, os.O_RDWR|os.O_CREATE)
 		if err != nil {
 			return nil, explainOpen(path, err)
@@ -136,7 +143,8 @@ func take(path string, deadline time.Time) (*os.File, error) {
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			if time.Now().Before(deadline) {
 				f.Close()
-				time.Sleep(conflictRetry)
+				sleep(conflictBackoff().Wait(busy, 0))
+				busy++
 				continue
 			}
 			held := heldBy(f, path)
@@ -249,7 +257,7 @@ func (l *Lock) Check() (retaken bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
 		return false, &LostError{Path: l.path, Err: err}
 	}
-	f, err := take(l.path, time.Now().Add(conflictWait))
+	f, err := take(l.path, time.Now().Add(conflictWait), time.Sleep)
 	if err != nil {
 		return false, &LostError{Path: l.path, Err: err}
 	}
@@ -338,13 +346,9 @@ func openLockFile(path string, flags int) (*os.File, error) {
 	return f, nil
 }
 
+// flock is flock(2), made again when interrupted.
 func flock(f *os.File, how int) error {
-	for {
-		err := unix.Flock(int(f.Fd()), how)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
+	return eintr.Do(func() error { return unix.Flock(int(f.Fd()), how) })
 }
 
 // samePath tells whether path still names the file f has open.
