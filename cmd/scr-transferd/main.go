@@ -131,7 +131,7 @@ func flags() (*options, *flag.FlagSet, error) {
 	fs.BoolVar(&o.cfg.Flush.SyncEach, "sync-each", false, "fsync each small file of a batch instead of one syncfs per local file system (ext4, XFS, btrfs, F2FS, tmpfs on Linux 5.8+)")
 	fs.BoolVar(&o.cfg.Flush.DropCache, "drop-cache", true, "drop copied pages from the page cache on both sides once durable (files of 1 MiB or more)")
 	fs.StringVar(&o.verify, "verify", "before", "checkpoint checks: off, before (identify and check the format before copying), after (re-read the durable copy and compare CRC32), both")
-	fs.DurationVar(&o.cfg.RetryMin, "retry-min", time.Second, "first back-off after a file fails; it doubles with each failure, and each wait is drawn at random between half and all of it")
+	fs.DurationVar(&o.cfg.RetryMin, "retry-min", time.Second, "first back-off after a file fails or the transfer file cannot be used; it doubles with each failure, and each wait is drawn at random between half and all of it")
 	fs.DurationVar(&o.cfg.RetryMax, "retry-max", time.Minute, "longest back-off between attempts on a failing file")
 	fs.DurationVar(&o.cfg.ProgressEvery, "progress-interval", 30*time.Second, "log a progress line for the file being copied this often (0: never)")
 	fs.StringVar(&o.logFormat, "log-format", "console", "log format: console (sizes and rates in KiB, MiB, GiB) or json (raw bytes, bytes/s, seconds)")
