@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -76,6 +75,7 @@ type daemon struct {
 	flushStarted time.Time             // the flush under way began, zero when none
 	flushCopied  int64                 // copied when it began
 	lost         <-chan error          // the instance lock lost to another process (instance.go)
+	life         *lifecycle            // the handle's Ready, nil without a handle (handle.go)
 	recheck      recheck               // when refusals found by comparing files are worked out again (entries.go)
 	autoLogged   float64               // BW auto's rate last logged (bwauto.go)
 
@@ -140,90 +140,9 @@ type result struct {
 	batch    []result // for a batch, one result per file taken up
 }
 
-// Run runs the daemon until COMMAND EXIT (it returns nil)
-// or ctx is cancelled (a signal: it stops the copy at a consistent point,
-// records EXITING and returns nil). It returns an error only if it cannot
-// start.
-func Run(ctx context.Context, cfg Config) error {
-	cfg.setDefaults()
-	path, err := filepath.Abs(cfg.TransferFile)
-	if err != nil {
-		return fmt.Errorf("transfer file %q: %w", cfg.TransferFile, err)
-	}
-	cfg.TransferFile = path
-	cfg.Flush.VerifyAfter = cfg.Verify.after()
-	cfg.Flush.Owner = partialOwner(path)
-	if err := controlDir(filepath.Dir(path), cfg.CreateDir); err != nil {
-		return err
-	}
-	for _, p := range append(append([]string{}, cfg.AllowSrc...), cfg.AllowDest...) {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("allowed prefix %q is not an absolute path", p)
-		}
-	}
-	store := hashfile.NewStore(path, cfg.Locking)
-	if !cfg.Insecure {
-		if err := checkControlDir(filepath.Dir(path), cfg.StrictModes); err != nil {
-			return err
-		}
-	}
-	// One daemon per transfer file, before anything is written: a second
-	// daemon would resume the same partial copies and fight over STATE.
-	// The kernel releases the lock however this process ends.
-	inst, err := instance.Acquire(path)
-	if err != nil {
-		return err
-	}
-	defer inst.Close()
-	if err := createTransferFile(path, cfg.StrictModes); err != nil {
-		return err
-	}
-	store.CreateMode(createMode(cfg.StrictModes))
-	if !cfg.Insecure {
-		store.Guard(transferFileGuard(cfg.StrictModes))
-		var r *refusal
-		if _, err := store.ReadContext(ctx); errors.As(err, &r) || errors.Is(err, hashfile.ErrSymlink) {
-			return err
-		}
-	}
-	th := flush.NewThrottle()
-	th.SetAuto(cfg.BWAuto)
-	d := &daemon{
-		ctx:       ctx,
-		beat:      cfg.Heartbeat,
-		cfg:       cfg,
-		log:       cfg.Log,
-		store:     store,
-		throttle:  th,
-		copier:    flush.NewCopier(th, cfg.Flush),
-		problems:  map[string]bool{},
-		stale:     map[string]bool{},
-		published: map[string]*unrecorded{},
-		warned:    map[string]string{},
-		retries:   map[string]*retry{},
-		rand:      rand.Float64,
-		results:   make(chan result, 1),
-	}
-	d.lost = watchInstance(ctx, inst, d.log)
-	d.batchFiles = batchFiles()
-	d.copiers = []*flush.Copier{d.copier}
-	for len(d.copiers) < cfg.Streams {
-		d.copiers = append(d.copiers, flush.NewCopier(th, cfg.Flush))
-	}
-	d.planDescriptors()
-	if d.beat == nil {
-		d.beat = NewHeartbeat(0)
-	}
-	d.beat.setWorkerGrace(2 * max(cfg.Flush.SyncInterval, flush.DefaultSyncInterval))
-	store.OnLockWait(d.lockWait)
-	if cfg.Locking == hashfile.Fcntl {
-		store.Settle(cfg.FcntlSettle)
-		store.OnSettleWait(d.settleWait)
-	}
-	return d.loop(ctx)
-}
-
-func (d *daemon) loop(ctx context.Context) error {
+// loop is the daemon's run: its first pass over the transfer file, after
+// which firstPass is closed, and then every wake-up until it ends.
+func (d *daemon) loop(ctx context.Context, firstPass chan<- struct{}) error {
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	changed := filewatch.Watch(watchCtx, d.cfg.TransferFile, d.cfg.Poll, func(msg string, err error) {
@@ -253,6 +172,7 @@ func (d *daemon) loop(ctx context.Context) error {
 	}
 	d.state = transfer.Stopped
 	d.sync(true)
+	close(firstPass)
 	for {
 		d.beat.loopBeat()
 		if d.state == transfer.Exiting && d.job == nil {
@@ -357,7 +277,11 @@ const (
 // not recorded; the log says so. WRITTEN only ever covers durable bytes,
 // so nothing recorded is wrong either way: the next daemon resumes from it.
 func (d *daemon) shutdown() error {
-	d.log.Info("signal received: stopping")
+	if errors.Is(context.Cause(d.ctx), errClosed) {
+		d.log.Info("stopping: closed by its caller")
+	} else {
+		d.log.Info("signal received: stopping")
+	}
 	if d.job != nil {
 		d.job.cancel()
 		select {
@@ -572,6 +496,7 @@ func (d *daemon) sync(first bool) {
 	d.removeStale()
 	d.schedule(v, want, unwanted)
 	d.report()
+	d.life.markReady()
 }
 
 // leftoverExit tells whether the transfer file a daemon finds at its start
@@ -1081,11 +1006,9 @@ func (d *daemon) forgetRetries(v transfer.View) {
 	}
 }
 
-// report sends a status snapshot to OnStatus if anything changed.
+// report keeps the status snapshot for the handle's Status and sends it
+// to OnStatus if anything changed.
 func (d *daemon) report() {
-	if d.cfg.OnStatus == nil {
-		return
-	}
 	s := Status{State: d.state, LastSuccess: d.lastOK, BytesCopied: d.copied.Load(), LockWaitSince: d.lockWaitSince(), NoQuietSince: d.noQuietSince()}
 	size, written := d.view.Totals()
 	if d.job != nil {
@@ -1122,7 +1045,9 @@ func (d *daemon) report() {
 	defer d.statusMu.Unlock()
 	if s != d.lastShown {
 		d.lastShown = s
-		d.cfg.OnStatus(s)
+		if d.cfg.OnStatus != nil {
+			d.cfg.OnStatus(s)
+		}
 	}
 }
 
@@ -1136,16 +1061,15 @@ func (d *daemon) lockWait(since time.Time) {
 		d.lockSince.Store(since.UnixNano())
 		d.log.Warn("waiting for the transfer-file lock, held by another process", zap.Time("since", since))
 	}
-	if d.cfg.OnStatus == nil {
-		return
-	}
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	s := d.lastShown
 	s.LockWaitSince = d.lockWaitSince()
 	if s != d.lastShown {
 		d.lastShown = s
-		d.cfg.OnStatus(s)
+		if d.cfg.OnStatus != nil {
+			d.cfg.OnStatus(s)
+		}
 	}
 }
 
@@ -1163,9 +1087,6 @@ func (d *daemon) settleWait(since time.Time) {
 		d.log.Warn("the library left the transfer file no quiet moment: accessing it anyway (SCR <= 1.2 with fcntl locking may fail its lock now)",
 			zap.Time("since", since), zap.Duration("waited", time.Since(since)))
 	}
-	if d.cfg.OnStatus == nil {
-		return
-	}
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	if d.lastShown.State == "" {
@@ -1175,7 +1096,9 @@ func (d *daemon) settleWait(since time.Time) {
 	s.NoQuietSince = d.noQuietSince()
 	if s != d.lastShown {
 		d.lastShown = s
-		d.cfg.OnStatus(s)
+		if d.cfg.OnStatus != nil {
+			d.cfg.OnStatus(s)
+		}
 	}
 }
 

@@ -206,10 +206,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.cfg.OnStatus = svc.onStatus
 	o.cfg.Heartbeat = svc.beat
 	context.AfterFunc(ctx, svc.stopping)
-	err = daemon.Run(ctx, o.cfg)
-	svc.stopping()
+	d, err := daemon.Start(ctx, o.cfg)
 	if err != nil {
+		svc.stopping()
 		log.Error("cannot start", zap.Error(err))
+		return startFailureStatus(err)
+	}
+	<-d.Done()
+	svc.stopping()
+	if err := d.Err(); err != nil {
+		// Another process took the instance lock: it serves the transfer
+		// file now, and a restart of this one could not.
+		log.Error("stopped: cannot go on", zap.Error(err))
 		return startFailureStatus(err)
 	}
 	return 0
