@@ -39,8 +39,8 @@ func TestRetriesLoggedAtDebugWithAnOutcome(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() {
-		ran <- Run(ctx, Config{TransferFile: tf, Locking: hashfile.Flock, RetryMin: 20 * time.Millisecond,
-			RetryMax: 40 * time.Millisecond, Verify: VerifyOff, Log: zap.New(core)})
+		ran <- Run(ctx, Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock, RetryMin: 20 * time.Millisecond,
+			RetryMax: 40 * time.Millisecond, Verify: VerifyOff}, Wiring: Wiring{Log: zap.New(core)}})
 	}()
 	defer func() {
 		cancel()

@@ -56,7 +56,7 @@ func TestRetriesSpread(t *testing.T) {
 		var waits []time.Duration
 		for i := range nodes {
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
-			d := &daemon{cfg: Config{RetryMin: time.Second, RetryMax: 4 * time.Second}, retries: map[string]*retry{}, rand: rng.Float64}
+			d := &daemon{cfg: Settings{RetryMin: time.Second, RetryMax: 4 * time.Second}, retries: map[string]*retry{}, rand: rng.Float64}
 			var r *retry
 			for range failures + 1 {
 				before := time.Now()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,60 +27,39 @@ import (
 var errEntryChanged = errors.New("the FILES entry was removed or changed by the library")
 
 // daemon is the state of one run. Only the loop goroutine touches it,
-// except the fields documented otherwise.
+// except the parts documented otherwise. It reads as a few parts: what it
+// was given (settings, wiring), the copy machinery, the loop's view of
+// the transfer file, the counters its workers share, the transfer file's
+// trouble, the retries, the status snapshot, and the log's bookkeeping.
 type daemon struct {
-	cfg      Config
+	cfg      Settings
 	log      *zap.Logger
-	store    *hashfile.Store
-	throttle *flush.Throttle
-	copier   *flush.Copier
-	copiers  []*flush.Copier // one per stream of a batch; copiers[0] is copier
-	bufs     cache.Buffers   // lent to the checks of --verify=before
+	onStatus func(Status) // Wiring.OnStatus, nil if none
+	beat     *Heartbeat
+	ctx      context.Context // the run's: cancelled by a signal or Close
+	life     *lifecycle      // the handle's Ready, nil without a handle (handle.go)
 
-	ctx        context.Context // the run's: cancelled by a signal
-	state      transfer.State  // as recorded in the file
-	view       transfer.View   // last good view of the file
-	fileErr    string          // last problem with the transfer file (fileErrKey), logged once
-	fileWrite  bool            // fileErr is a failed rewrite: cleared only by a write that succeeds
-	fileRetry  retry           // when to try the transfer file again while fileErr is set
-	wroteOK    atomic.Bool     // a commit rewrote the transfer file (worker, read by the loop)
-	lockSince  atomic.Int64    // unix ns since when an access waits for the transfer-file lock; 0 if none
-	quietSince atomic.Int64    // unix ns since when the library leaves the file no quiet moment (settleWait); 0 if it does
-	statusMu   sync.Mutex      // guards lastShown: the lock-wait hook reports from either goroutine
-	problems   map[string]bool
-	stale      map[string]bool        // partial copies to remove (litter.go)
-	published  map[string]*unrecorded // by source path: published, not recorded (unrecorded.go)
-	swept      bool                   // leftover partial copies looked for at start
-	warned     map[string]string      // WARNING last logged, by source path
-	retries    map[string]*retry      // by source path
-	job        *job                   // copy under way, nil when idle
-	beat       *Heartbeat
+	// The copy machinery.
+	store      *hashfile.Store
+	throttle   *flush.Throttle
+	copier     *flush.Copier
+	copiers    []*flush.Copier // one per stream of a batch; copiers[0] is copier
+	bufs       cache.Buffers   // lent to the checks of --verify=before
 	results    chan result
-	lastOK     time.Time
-	lastShown  Status
-	copied     atomic.Int64 // bytes made durable by this process, for metrics
-	meter      *rate.Meter  // the rate of copied while copying; nil while idle
+	batchFiles int // the most files a batch takes (batchFiles)
+	streams    int // streams a batch may run, 0: as many as copiers (planDescriptors)
+	groupFDs   int // descriptors a batch's group may hold, 0: unbounded (planDescriptors)
 
-	rand         func() float64        // uniform in [0, 1): the jitter of retries
-	limits       *limits               // BW and PERCENT last applied, nil before the first
-	throttled    uint64                // throttle pauses already logged
-	batchFiles   int                   // the most files a batch takes (batchFiles)
-	streams      int                   // streams a batch may run, 0: as many as copiers (planDescriptors)
-	groupFDs     int                   // descriptors a batch's group may hold, 0: unbounded (planDescriptors)
-	others       uint64                // store.Others() when the loop last read the file
-	refused      []error               // why each entry of view is refused (readView), nil where it is not
-	memSize      int                   // transfer file size the memory limit was set for (memory.go)
-	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
-	flushStarted time.Time             // the flush under way began, zero when none
-	flushCopied  int64                 // copied when it began
-	lost         <-chan error          // the instance lock lost to another process (instance.go)
-	life         *lifecycle            // the handle's Ready, nil without a handle (handle.go)
-	recheck      recheck               // when refusals found by comparing files are worked out again (entries.go)
-	autoLogged   float64               // BW auto's rate last logged (bwauto.go)
+	loopState
+	limits  *limits           // BW and PERCENT last applied, nil before the first
+	retries map[string]*retry // by source path
+	rand    func() float64    // uniform in [0, 1): the jitter of retries
 
-	// topProblems are the top-level problems of the last pass (BW,
-	// PERCENT, COMMAND values): each is logged when it appears.
-	topProblems map[string]bool
+	workerShared
+	fileTrouble
+	statusShown
+	logOnce
+	hooks
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
@@ -1045,8 +1023,8 @@ func (d *daemon) report() {
 	defer d.statusMu.Unlock()
 	if s != d.lastShown {
 		d.lastShown = s
-		if d.cfg.OnStatus != nil {
-			d.cfg.OnStatus(s)
+		if d.onStatus != nil {
+			d.onStatus(s)
 		}
 	}
 }
@@ -1067,8 +1045,8 @@ func (d *daemon) lockWait(since time.Time) {
 	s.LockWaitSince = d.lockWaitSince()
 	if s != d.lastShown {
 		d.lastShown = s
-		if d.cfg.OnStatus != nil {
-			d.cfg.OnStatus(s)
+		if d.onStatus != nil {
+			d.onStatus(s)
 		}
 	}
 }
@@ -1096,8 +1074,8 @@ func (d *daemon) settleWait(since time.Time) {
 	s.NoQuietSince = d.noQuietSince()
 	if s != d.lastShown {
 		d.lastShown = s
-		if d.cfg.OnStatus != nil {
-			d.cfg.OnStatus(s)
+		if d.onStatus != nil {
+			d.onStatus(s)
 		}
 	}
 }

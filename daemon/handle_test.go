@@ -78,7 +78,7 @@ func TestStartReadyClose(t *testing.T) {
 	} {
 		t.Run(string(tc.cmd), func(t *testing.T) {
 			tf, store := handleFile(t, tc.cmd)
-			d, err := Start(t.Context(), Config{TransferFile: tf, Locking: hashfile.Flock})
+			d, err := Start(t.Context(), Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +115,7 @@ func TestStartReadyClose(t *testing.T) {
 func TestStartContextCancel(t *testing.T) {
 	tf, store := handleFile(t, transfer.Stop)
 	ctx, cancel := context.WithCancel(t.Context())
-	d, err := Start(ctx, Config{TransferFile: tf, Locking: hashfile.Flock})
+	d, err := Start(ctx, Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestStartContextCancel(t *testing.T) {
 // TestStartExitCommand: COMMAND EXIT ends the daemon: Done closes, Err nil.
 func TestStartExitCommand(t *testing.T) {
 	tf, store := handleFile(t, transfer.Stop)
-	d, err := Start(t.Context(), Config{TransferFile: tf, Locking: hashfile.Flock})
+	d, err := Start(t.Context(), Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestStartInstanceHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	d, err := Start(t.Context(), Config{TransferFile: tf, Locking: hashfile.Flock})
+	d, err := Start(t.Context(), Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock}})
 	var he *instance.HeldError
 	if !errors.As(err, &he) {
 		if d != nil {

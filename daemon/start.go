@@ -81,7 +81,7 @@ func prepare(ctx context.Context, cfg Config) (*daemon, *instance.Lock, error) {
 // resolve makes the transfer file's path absolute, derives the copy's
 // options that follow from the others, and checks the control directory
 // and the allowed prefixes.
-func (cfg *Config) resolve() error {
+func (cfg *Settings) resolve() error {
 	path, err := filepath.Abs(cfg.TransferFile)
 	if err != nil {
 		return fmt.Errorf("transfer file %q: %w", cfg.TransferFile, err)
@@ -130,19 +130,21 @@ func newDaemon(cfg Config, store *hashfile.Store) *daemon {
 	th := flush.NewThrottle()
 	th.SetAuto(cfg.BWAuto)
 	d := &daemon{
-		beat:      cfg.Heartbeat,
-		cfg:       cfg,
-		log:       cfg.Log,
-		store:     store,
-		throttle:  th,
-		copier:    flush.NewCopier(th, cfg.Flush),
-		problems:  map[string]bool{},
-		stale:     map[string]bool{},
-		published: map[string]*unrecorded{},
-		warned:    map[string]string{},
-		retries:   map[string]*retry{},
-		rand:      rand.Float64,
-		results:   make(chan result, 1),
+		cfg:      cfg.Settings,
+		log:      cfg.Log,
+		onStatus: cfg.OnStatus,
+		beat:     cfg.Heartbeat,
+		store:    store,
+		throttle: th,
+		copier:   flush.NewCopier(th, cfg.Flush),
+		results:  make(chan result, 1),
+		retries:  map[string]*retry{},
+		rand:     rand.Float64,
+		loopState: loopState{
+			stale:     map[string]bool{},
+			published: map[string]*unrecorded{},
+		},
+		logOnce: logOnce{problems: map[string]bool{}, warned: map[string]string{}},
 	}
 	d.batchFiles = batchFiles()
 	d.copiers = []*flush.Copier{d.copier}
