@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -16,8 +15,6 @@ import (
 	"github.com/scr-transferd/scr-transferd/cache"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
-	"github.com/scr-transferd/scr-transferd/internal/filewatch"
-	"github.com/scr-transferd/scr-transferd/internal/instance"
 	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/internal/rate"
 	"github.com/scr-transferd/scr-transferd/transfer"
@@ -51,6 +48,7 @@ type daemon struct {
 	groupFDs   int // descriptors a batch's group may hold, 0: unbounded (planDescriptors)
 
 	loopState
+	clock   wakeClock         // when the loop must next act (wake.go)
 	limits  *limits           // BW and PERCENT last applied, nil before the first
 	retries map[string]*retry // by source path
 	rand    func() float64    // uniform in [0, 1): the jitter of retries
@@ -118,177 +116,6 @@ type result struct {
 	batch    []result // for a batch, one result per file taken up
 }
 
-// loop is the daemon's run: its first pass over the transfer file, after
-// which firstPass is closed, and then every wake-up until it ends.
-func (d *daemon) loop(ctx context.Context, firstPass chan<- struct{}) error {
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
-	changed := filewatch.Watch(watchCtx, d.cfg.TransferFile, d.cfg.Poll, func(msg string, err error) {
-		d.log.Warn(msg, zap.String("transfer_file", d.cfg.TransferFile), zap.Error(err))
-	})
-	reread := time.NewTicker(d.cfg.Reread)
-	defer reread.Stop()
-	retryTimer := time.NewTimer(time.Hour)
-	retryTimer.Stop()
-	var progress <-chan time.Time
-	var progressTicker *time.Ticker
-	var heartbeat <-chan time.Time
-	if d.beat.every > 0 {
-		t := time.NewTicker(d.beat.every)
-		defer t.Stop()
-		heartbeat = t.C
-	}
-	var progressLog <-chan time.Time // a progress line for the log
-	var progressLogTicker *time.Ticker
-
-	d.log.Info("started", zap.String("transfer_file", d.cfg.TransferFile),
-		zap.String("instance_lock", instance.LockPath(d.cfg.TransferFile)), zap.Int("pid", os.Getpid()),
-		zap.String("locking", d.cfg.Locking.String()), zap.String("verify", d.cfg.Verify.String()))
-	if g := groupWritable(d.cfg.TransferFile, filepath.Dir(d.cfg.TransferFile)); g != "" && !d.cfg.Insecure {
-		d.log.Info("trusting a group-writable "+g+": its members can direct the daemon; --strict-modes refuses this",
-			zap.String("umask_hint", "the SCR library creates its files from the umask (002 makes them group-writable)"))
-	}
-	d.state = transfer.Stopped
-	d.sync(true)
-	close(firstPass)
-	for {
-		d.beat.loopBeat()
-		if d.state == transfer.Exiting && d.job == nil {
-			d.log.Info("exiting on COMMAND EXIT")
-			return nil
-		}
-		// Arm the retry timer for the earliest file waiting out its back-off.
-		// Not while the transfer file is unusable: the retry could not be
-		// taken, and a timer already due would fire again at once.
-		// While the transfer file is unusable, retry it on its own back-off.
-		if d.fileErr != "" {
-			retryTimer.Reset(time.Until(d.fileRetry.at))
-		} else if at, ok := d.nextRetry(); ok && d.job == nil && d.state == transfer.Running {
-			retryTimer.Reset(time.Until(at))
-		}
-		// Report progress once a second while copying, never while idle.
-		if d.job != nil && progressTicker == nil {
-			progressTicker = time.NewTicker(time.Second)
-			progress = progressTicker.C
-		} else if d.job == nil && progressTicker != nil {
-			progressTicker.Stop()
-			progressTicker, progress = nil, nil
-		}
-		// A progress line every ProgressEvery while copying.
-		if d.job != nil && progressLogTicker == nil && d.cfg.ProgressEvery > 0 {
-			progressLogTicker = time.NewTicker(d.cfg.ProgressEvery)
-			progressLog = progressLogTicker.C
-		} else if d.job == nil && progressLogTicker != nil {
-			progressLogTicker.Stop()
-			progressLogTicker, progressLog = nil, nil
-		}
-		select {
-		case <-ctx.Done():
-			return d.shutdown()
-		case err := <-d.lost:
-			return d.lockLost(err)
-		case <-changed:
-			if d.ownChange() {
-				continue
-			}
-			d.sync(false)
-		case <-reread.C:
-			d.sync(false)
-		case <-retryTimer.C:
-			d.sync(false)
-		case <-progress:
-			d.report()
-			d.logThrottle()
-			d.logAuto()
-		case <-progressLog:
-			d.logProgress()
-		case <-heartbeat:
-		case r := <-d.results:
-			d.finish(r)
-			d.sync(false)
-		}
-	}
-}
-
-// commitGrace and stopGrace are how long the commits of a copy still wait
-// for the transfer file's lock once the copy is told to stop: what they
-// record is durable already, the progress saved on stopping or a copy
-// already published under its name, and the library holds the lock for a
-// moment at each of its updates. Without them, a stop that met such a
-// moment lost the commit: the next copy found no partial copy to resume (it
-// had been published) and started again from 0. On a signal the wait is
-// commitGrace, shorter than stopWait, so that the signal is still answered
-// in time when the lock stays held; when the library stops the copy
-// (STOP, a changed entry) it is stopGrace, since a loaded node's library
-// was seen to hold the lock for up to a second at a time.
-const (
-	commitGrace = 200 * time.Millisecond
-	stopGrace   = 5 * time.Second
-)
-
-// graceContext returns a context that ends stopGrace after ctx does, or
-// commitGrace after the daemon's run is cancelled by a signal, whichever
-// comes first, and its cancel.
-func (d *daemon) graceContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopped := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
-	signalled := context.AfterFunc(d.ctx, func() { time.AfterFunc(commitGrace, cancel) })
-	return g, func() {
-		stopped()
-		signalled()
-		cancel()
-	}
-}
-
-// Bounds of a shutdown on a signal, so that it is answered within a
-// second whatever holds the daemon up: the copy gets stopWait to stop at a
-// consistent point, and recording EXITING gets exitingWait for the lock.
-const (
-	stopWait    = 400 * time.Millisecond
-	exitingWait = 300 * time.Millisecond
-)
-
-// shutdown stops the copy under way at a consistent point (WRITTEN covers
-// only durable bytes) and records EXITING. Neither step waits for long: a
-// copy stuck in the kernel (a hung fsync) is left behind, its last commit
-// standing, and if another process holds the transfer-file lock EXITING is
-// not recorded; the log says so. WRITTEN only ever covers durable bytes,
-// so nothing recorded is wrong either way: the next daemon resumes from it.
-func (d *daemon) shutdown() error {
-	if errors.Is(context.Cause(d.ctx), errClosed) {
-		d.log.Info("stopping: closed by its caller")
-	} else {
-		d.log.Info("signal received: stopping")
-	}
-	if d.job != nil {
-		d.job.cancel()
-		select {
-		case r := <-d.results:
-			d.finish(r)
-		case <-time.After(stopWait):
-			d.log.Warn("the copy did not stop in time; exiting without it (WRITTEN covers only durable bytes)",
-				zap.String("src", d.job.file.Src), zap.Duration("waited", stopWait))
-		}
-	}
-	d.state = transfer.Exiting
-	ctx, cancel := context.WithTimeout(context.Background(), exitingWait)
-	defer cancel()
-	if _, _, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
-		transfer.SetState(t, transfer.Exiting)
-		// The copy's last commit came after the last pass read the file:
-		// read it again so that the last status, metrics and log line
-		// count what the file now holds.
-		d.view = d.readView(t)
-		return nil
-	}); err != nil {
-		d.log.Error("exiting without recording STATE EXITING", zap.Error(err))
-	}
-	size, written := d.view.Totals()
-	d.log.Info("stopped", logging.Bytes("bytes_durable", written), logging.Bytes("bytes_pending", max(size-written, 0)))
-	d.report()
-	return nil
-}
-
 // readView reads the transfer file's view, with the entries the daemon
 // refuses marked with their Problem. What the daemon refuses depends on
 // the entries' sources and destinations only (and the configuration), so
@@ -349,6 +176,7 @@ func (d *daemon) ownChange() bool {
 // sync reads the transfer file under its lock, decides the state, records
 // what must be recorded, and then starts or stops the copy to match.
 func (d *daemon) sync(first bool) {
+	d.clock.lastPass = time.Now()
 	// Before the read: a version someone else wrote that an update of the
 	// copy reads from here on makes the next notification count. Once the
 	// update succeeded, what it read itself no longer does (seen, below).

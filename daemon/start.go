@@ -155,6 +155,7 @@ func newDaemon(cfg Config, store *hashfile.Store) *daemon {
 	if d.beat == nil {
 		d.beat = NewHeartbeat(0)
 	}
+	d.clock = wakeClock{reread: cfg.Reread, beat: d.beat.every, progress: cfg.ProgressEvery}
 	d.beat.setWorkerGrace(2 * max(cfg.Flush.SyncInterval, flush.DefaultSyncInterval))
 	store.OnLockWait(d.lockWait)
 	if cfg.Locking == hashfile.Fcntl {
