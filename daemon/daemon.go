@@ -173,138 +173,6 @@ func (d *daemon) ownChange() bool {
 	return d.fileErr == "" && d.store.Others() == d.others && d.store.Unchanged()
 }
 
-// sync reads the transfer file under its lock, decides the state, records
-// what must be recorded, and then starts or stops the copy to match.
-func (d *daemon) sync(first bool) {
-	d.clock.lastPass = time.Now()
-	// Before the read: a version someone else wrote that an update of the
-	// copy reads from here on makes the next notification count. Once the
-	// update succeeded, what it read itself no longer does (seen, below).
-	d.others = d.store.Others()
-	if !d.cfg.Insecure {
-		if err := checkControlDir(filepath.Dir(d.cfg.TransferFile), d.cfg.StrictModes); err != nil {
-			d.fileError(err)
-			return
-		}
-	}
-	var v transfer.View
-	var want, next transfer.State
-	var done, staleExit bool
-	var unwanted string // why the copy under way must stop, "" if it need not
-	began := time.Now()
-	var flushBegan, flushEnded time.Time // the flush recorded as begun, ended
-	var locked time.Time
-	var seen uint64 // store.Others() as this update read the file
-	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
-		locked = time.Now()
-		// The Store runs one Read or Update at a time: no update of the
-		// copy can find a change between this one's read and here.
-		seen = d.store.Others()
-		v = d.readView(t)
-		if first && leftoverExit(v) {
-			t.Unset(transfer.KeyCommand)
-			v.Command, staleExit = "", true
-		}
-		if d.job != nil {
-			// Under the lock, where the worker records its commits: after
-			// it, a commit made since would look like the library's change.
-			unwanted = d.jobWanted(v, d.job)
-		}
-		want, done = transfer.Next(v, d.state, d.job != nil)
-		next = want
-		if d.job != nil && want != transfer.Running {
-			// Stop the copy first; the new state is recorded once it has.
-			next = d.state
-		}
-		if v.State != next || first {
-			transfer.SetState(t, next)
-		}
-		if done {
-			transfer.SetDone(t, true)
-		}
-		// The flush record (FLUSH) is written with the state it times.
-		flushBegan, flushEnded = time.Time{}, time.Time{}
-		if next == transfer.Running && d.flushStarted.IsZero() {
-			flushBegan = time.Now()
-			_, written := v.Totals()
-			transfer.BeginFlush(t, flushBegan, written)
-		}
-		if done {
-			flushEnded = time.Now()
-			_, written := v.Totals()
-			transfer.EndFlush(t, flushEnded, written)
-		}
-		d.recordProblems(t, v)
-		return nil
-	})
-	if err != nil {
-		if d.ctx.Err() != nil {
-			return
-		}
-		d.fileError(err)
-		if errors.As(err, new(*hashfile.WriteError)) && want == transfer.Running && !done && !first {
-			// Read whole, but no room to rewrite it (a full file system,
-			// RLIMIT_FSIZE): the copy still goes on as the file asks; its
-			// commits wait, their partial copies kept, until the file can
-			// be rewritten. Nothing of this pass is taken as recorded: the
-			// next one writes the state and the flush record again.
-			d.applyLimits(v)
-			d.state = transfer.Running
-			d.view = v
-			d.schedule(v, want, unwanted)
-			d.report()
-		}
-		return
-	}
-	// The version this update found, someone else's or not, is the loop's
-	// to look at now, not a change still to see: the notification of the
-	// write that answers it must not make the loop read the file back.
-	d.others = seen
-	d.log.Debug("transfer file read under its lock", zap.Duration("lock_wait", locked.Sub(began)),
-		zap.Duration("held", time.Since(locked)), zap.Bool("wrote", wrote), zap.String("command", string(v.Command)),
-		zap.Int("files", len(v.Files)))
-	if wrote || d.wroteOK.Swap(false) || !d.fileWrite {
-		d.fileUsable()
-	} else {
-		// Read, but a rewrite still has to succeed: try again later.
-		d.fileRetry.at = time.Now().Add(d.fileRetry.delay)
-	}
-	if staleExit {
-		d.log.Warn("COMMAND EXIT left from an earlier run (STATE EXITING was recorded) removed; waiting for the next COMMAND",
-			zap.String("transfer_file", d.cfg.TransferFile))
-	}
-	d.applyLimits(v)
-	d.boundMemory()
-	if next != d.state {
-		d.log.Info("state", zap.String("from", string(d.state)), zap.String("to", string(next)),
-			zap.String("command", string(v.Command)))
-	}
-	if !flushBegan.IsZero() {
-		d.flushStarted, d.flushCopied = flushBegan, d.copied.Load()
-	}
-	if done {
-		d.flushComplete(v, flushEnded)
-	} else if next != transfer.Running {
-		d.flushStarted = time.Time{} // STOP or EXIT: a later RUN starts the count again
-	}
-	if v.Unknown != "" && !d.problems["COMMAND "+v.Unknown] {
-		d.problems["COMMAND "+v.Unknown] = true
-		d.log.Warn("unknown COMMAND ignored", zap.String("command", v.Unknown))
-	}
-	d.state = next
-	d.noteStale(d.view, v)
-	d.view = v
-	d.forgetRetries(v)
-	if !d.swept {
-		d.swept = true
-		d.sweepAtStart(v)
-	}
-	d.removeStale()
-	d.schedule(v, want, unwanted)
-	d.report()
-	d.life.markReady()
-}
-
 // leftoverExit tells whether the transfer file a daemon finds at its start
 // holds a COMMAND EXIT that an earlier daemon already obeyed: it recorded
 // STATE EXITING. A daemon started after that is meant to serve the file
@@ -453,24 +321,6 @@ func limitField(key string, v float64, f zap.Field) zap.Field {
 	return f
 }
 
-// recordProblems writes an ERROR for entries that cannot be copied as they
-// stand, so the library and the administrator see why the flush is not done.
-func (d *daemon) recordProblems(t *hashfile.Tree, v transfer.View) {
-	for _, f := range v.Files {
-		if f.Problem == nil {
-			continue
-		}
-		msg := transfer.Refused(f.Problem)
-		// The recorded ERROR is the folded form: compare with that, or a
-		// message with a double space, a tab or a line break would differ
-		// from it on every pass, and be logged and written again each time.
-		if f.Error != transfer.ErrorValue(msg) {
-			transfer.SetError(t, f.Src, msg)
-			d.log.Error("refused FILES entry", zap.String("src", f.Src), zap.Error(f.Problem))
-		}
-	}
-}
-
 // confine checks a file's paths against --allow-src and --allow-dest.
 func (d *daemon) confine(f transfer.File) error {
 	switch {
@@ -486,32 +336,6 @@ func (d *daemon) confine(f transfer.File) error {
 		return fmt.Errorf("destination %s is outside the allowed destination prefixes %v", f.Dest, d.cfg.AllowDest)
 	}
 	return nil
-}
-
-// schedule starts a copy when running and idle, and cancels the copy under
-// way when the state or its entry no longer calls for it (unwanted: why,
-// found under the transfer file's lock).
-func (d *daemon) schedule(v transfer.View, want transfer.State, unwanted string) {
-	if d.job != nil {
-		if want != transfer.Running {
-			d.job.cancel()
-		} else if why := unwanted; why != "" {
-			d.log.Warn("copy abandoned: "+why, zap.String("src", d.job.file.Src),
-				logging.Bytes("daemon_written", d.job.durable.Load()))
-			d.job.cancel()
-		}
-		return
-	}
-	if d.state != transfer.Running {
-		return
-	}
-	switch files := d.pickBatch(v, time.Now()); len(files) {
-	case 0:
-	case 1:
-		d.start(files[0])
-	default:
-		d.startBatch(files)
-	}
 }
 
 // jobWanted is stillWanted for every file of the job, each entry found
@@ -669,21 +493,7 @@ func (d *daemon) finish(r result) {
 	d.beat.workerStop()
 	r.job.cancel()
 	if r.batch != nil {
-		var files int
-		var bytes int64
-		for _, sub := range r.batch {
-			if sub.err == nil && sub.res.Complete {
-				files++
-				bytes += sub.job.data
-			}
-			d.finish(sub)
-		}
-		if len(r.batch) > 0 && r.batch[0].job.quiet && files > 0 {
-			elapsed := time.Since(r.job.started)
-			d.log.Info("flushed a batch of files", zap.Int("files", files), logging.Bytes("bytes", bytes),
-				zap.String("first", r.batch[0].job.file.Src), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", rate.Average(bytes, elapsed)))
-		}
+		d.finishBatch(r)
 		return
 	}
 	f := r.job.file
@@ -694,27 +504,7 @@ func (d *daemon) finish(r result) {
 	}
 	switch {
 	case r.err == nil && r.res.Complete:
-		d.logRecovered(f, d.retries[f.Src])
-		delete(d.retries, f.Src)
-		if r.warnings != d.warned[f.Src] {
-			if r.warnings != "" {
-				d.log.Warn("checkpoint flushed with a warning", zap.String("src", f.Src), zap.String("warning", r.warnings))
-			}
-			d.warned[f.Src] = r.warnings
-		}
-		d.lastOK = time.Now()
-		// Checked first: a batch's files are logged at debug, and their
-		// fields, built for nothing, took milliseconds between a batch's
-		// last record and FLAG DONE.
-		if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
-			elapsed := d.lastOK.Sub(r.job.started)
-			// copied: this attempt's data bytes, which elapsed and the
-			// rate are about (a resumed file's size is not, nor holes).
-			ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
-				logging.Bytes("copied", r.job.data),
-				zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", rate.Average(r.job.data, elapsed)))
-		}
+		d.flushed(r)
 	case r.err == nil:
 		// Stopped without an error: nothing to record.
 	case errors.As(r.err, &we):
@@ -741,6 +531,53 @@ func (d *daemon) finish(r result) {
 		d.retries[f.Src] = &retry{delay: 0, at: time.Now().Add(d.cfg.RetryMin)}
 	default:
 		d.fail(f, r.err)
+	}
+}
+
+// finishBatch handles the end of a batch: the end of each of its files,
+// and a line for the batch when its files are logged as a whole.
+func (d *daemon) finishBatch(r result) {
+	var files int
+	var bytes int64
+	for _, sub := range r.batch {
+		if sub.err == nil && sub.res.Complete {
+			files++
+			bytes += sub.job.data
+		}
+		d.finish(sub)
+	}
+	if len(r.batch) > 0 && r.batch[0].job.quiet && files > 0 {
+		elapsed := time.Since(r.job.started)
+		d.log.Info("flushed a batch of files", zap.Int("files", files), logging.Bytes("bytes", bytes),
+			zap.String("first", r.batch[0].job.file.Src), zap.Duration("elapsed", elapsed),
+			logging.Rate("average_rate", rate.Average(bytes, elapsed)))
+	}
+}
+
+// flushed handles a file's copy that completed and was recorded: the end
+// of its back-off, its WARNING, and its line.
+func (d *daemon) flushed(r result) {
+	f := r.job.file
+	d.logRecovered(f, d.retries[f.Src])
+	delete(d.retries, f.Src)
+	if r.warnings != d.warned[f.Src] {
+		if r.warnings != "" {
+			d.log.Warn("checkpoint flushed with a warning", zap.String("src", f.Src), zap.String("warning", r.warnings))
+		}
+		d.warned[f.Src] = r.warnings
+	}
+	d.lastOK = time.Now()
+	// Checked first: a batch's files are logged at debug, and their
+	// fields, built for nothing, took milliseconds between a batch's
+	// last record and FLAG DONE.
+	if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
+		elapsed := d.lastOK.Sub(r.job.started)
+		// copied: this attempt's data bytes, which elapsed and the
+		// rate are about (a resumed file's size is not, nor holes).
+		ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
+			logging.Bytes("copied", r.job.data),
+			zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
+			logging.Rate("average_rate", rate.Average(r.job.data, elapsed)))
 	}
 }
 
