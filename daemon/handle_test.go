@@ -76,7 +76,11 @@ func TestStartReadyClose(t *testing.T) {
 		{transfer.Stop, transfer.Stopped},
 		{transfer.Run, transfer.Stopped}, // nothing to copy: DONE, STOPPED
 	} {
-		t.Run(string(tc.cmd), func(t *testing.T) {
+		name := string(tc.cmd)
+		if name == "" {
+			name = "no COMMAND"
+		}
+		t.Run(name, func(t *testing.T) {
 			tf, store := handleFile(t, tc.cmd)
 			d, err := Start(t.Context(), Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock}})
 			if err != nil {
@@ -175,5 +179,42 @@ func TestStartInstanceHeld(t *testing.T) {
 	}
 	if got := recordedState(t, store); got != "" {
 		t.Errorf("STATE %q recorded by a daemon that could not start", got)
+	}
+}
+
+// TestStartReadyAfterRepair: a transfer file that cannot be decoded at
+// the start does not keep Start from returning; Ready closes once a
+// later pass records the first STATE, after the file is repaired.
+func TestStartReadyAfterRepair(t *testing.T) {
+	good, _ := handleFile(t, transfer.Stop)
+	image, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf, store := handleFile(t, "")
+	if err := os.WriteFile(tf, []byte("not a kvtree\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Start(t.Context(), Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock,
+		RetryMin: 20 * time.Millisecond, RetryMax: 40 * time.Millisecond}})
+	if err != nil {
+		t.Fatalf("Start on an undecodable transfer file: %v; want the daemon running, waiting for a repair", err)
+	}
+	defer d.Close()
+	if closed(d.Ready()) {
+		t.Fatal("Ready closed although no STATE could be recorded")
+	}
+	if err := os.WriteFile(tf, image, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.Ready():
+	case <-d.Done():
+		t.Fatalf("daemon ended before Ready: %v", d.Err())
+	case <-time.After(30 * time.Second):
+		t.Fatal("Ready not closed 30 s after the transfer file was repaired")
+	}
+	if got := recordedState(t, store); got != transfer.Stopped {
+		t.Errorf("STATE %q recorded at Ready; want STOPPED", got)
 	}
 }
