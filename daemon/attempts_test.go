@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,15 +35,13 @@ func TestRetriesLoggedAtDebugWithAnOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() {
-		ran <- Run(ctx, Config{TransferFile: tf, Locking: hashfile.Flock, RetryMin: 20 * time.Millisecond,
-			RetryMax: 40 * time.Millisecond, Verify: VerifyOff, Log: zap.New(core)})
-	}()
+	d, err := Start(t.Context(), Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock, RetryMin: 20 * time.Millisecond,
+		RetryMax: 40 * time.Millisecond, Verify: VerifyOff}, Wiring: Wiring{Log: zap.New(core)}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
+		if err := d.Close(); err != nil {
 			t.Error(err)
 		}
 	}()

@@ -13,7 +13,7 @@ import (
 // parallel file system outage, a control file system full everywhere)
 // thus retry spread over half of their back-off instead of in lockstep,
 // and each still waits at least half of it.
-func retryPolicy(cfg Config) backoff.Policy {
+func retryPolicy(cfg Settings) backoff.Policy {
 	return backoff.Policy{First: cfg.RetryMin, Max: cfg.RetryMax, Factor: 2, Jitter: backoff.Equal}
 }
 

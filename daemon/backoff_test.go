@@ -23,9 +23,9 @@ const spreadNodes = 1000
 // source, --retry-min 1s, --retry-max 4s.
 func nodeDaemon(i int) *daemon {
 	rng := rand.New(rand.NewPCG(uint64(i), 7))
-	return &daemon{cfg: Config{RetryMin: time.Second, RetryMax: 4 * time.Second}, log: zap.NewNop(),
-		beat: NewHeartbeat(0), retries: map[string]*retry{}, warned: map[string]string{},
-		published: map[string]*unrecorded{}, rand: rng.Float64}
+	return &daemon{cfg: Settings{RetryMin: time.Second, RetryMax: 4 * time.Second}, log: zap.NewNop(),
+		beat: NewHeartbeat(0), retries: map[string]*retry{}, logOnce: logOnce{warned: map[string]string{}},
+		loopState: loopState{published: map[string]*unrecorded{}}, rand: rng.Float64}
 }
 
 // checkSpread fails t unless the waits lie in [ceiling/2, ceiling] and
@@ -147,7 +147,7 @@ func TestSourceReplacedRetriesSpread(t *testing.T) {
 // attempt is due that long after the failure.
 func TestRetryNext(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
-	p := retryPolicy(Config{RetryMin: time.Second, RetryMax: 4 * time.Second})
+	p := retryPolicy(Settings{RetryMin: time.Second, RetryMax: 4 * time.Second})
 	var r retry
 	for i, tc := range []struct {
 		u    float64

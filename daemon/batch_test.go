@@ -30,7 +30,7 @@ func TestPickBatchUnderDefaultOptions(t *testing.T) {
 		{"SyncBytes below four files", flush.Options{SyncBytes: 2 << 10}, 1 << 10, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Flush: tc.flush}
+			cfg := Settings{Flush: tc.flush}
 			cfg.setDefaults()
 			d := &daemon{cfg: cfg, batchFiles: 16}
 			var v transfer.View
@@ -225,10 +225,10 @@ func newBatchDaemon(t *testing.T, n, size, batchFiles int) (*daemon, *hashfile.S
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{TransferFile: tf, Streams: 1, Flush: flush.Options{SyncBytes: 4 * int64(size)}}
+	cfg := Config{Settings: Settings{TransferFile: tf, Streams: 1, Flush: flush.Options{SyncBytes: 4 * int64(size)}}}
 	cfg.setDefaults()
 	th := flush.NewThrottle()
-	d := &daemon{ctx: t.Context(), cfg: cfg, log: cfg.Log, store: store, throttle: th, copier: flush.NewCopier(th, cfg.Flush),
+	d := &daemon{ctx: t.Context(), cfg: cfg.Settings, log: cfg.Log, store: store, throttle: th, copier: flush.NewCopier(th, cfg.Flush),
 		beat: NewHeartbeat(0), batchFiles: batchFiles, results: make(chan result, 1)}
 	d.copiers = []*flush.Copier{d.copier}
 	return d, store, data

@@ -56,8 +56,17 @@ func (v Verify) String() string {
 func (v Verify) before() bool { return v == VerifyBefore || v == VerifyBoth }
 func (v Verify) after() bool  { return v == VerifyAfter || v == VerifyBoth }
 
-// Config is how a daemon runs.
+// Config is how a daemon runs: the settings a site configures, and the
+// wiring that connects the daemon to the process that runs it.
 type Config struct {
+	Settings
+	Wiring
+}
+
+// Settings are what a site configures: the transfer file, how it is
+// watched and locked, how files are copied, retried and trusted. They are
+// values only, set from the command line and the environment.
+type Settings struct {
 	TransferFile string
 	Locking      hashfile.Locking
 	// Protect names files, beyond the transfer file and its sidecars
@@ -115,15 +124,22 @@ type Config struct {
 	// directory too (by default they are accepted, as the library creates
 	// them under umask 002).
 	StrictModes bool
+}
 
+// Wiring connects a daemon to the process that runs it: where it logs,
+// whom it tells of its status, what its watchdog reads. All are optional.
+type Wiring struct {
 	// Heartbeat, if set, records the progress of the loop and the copy for
 	// a watchdog; its period is how often an idle loop beats.
 	Heartbeat *Heartbeat
 
+	// Log receives the daemon's log lines; nil discards them.
 	Log *zap.Logger
 
-	// OnStatus, if set, is called from the daemon's loop with a snapshot
-	// whenever the state, the file being copied or its progress changes.
+	// OnStatus, if set, is called with a snapshot whenever the state, the
+	// file being copied or its progress changes: from the daemon's loop,
+	// or from whichever goroutine waits for the transfer file's lock. It
+	// must not block.
 	OnStatus func(Status)
 }
 
@@ -151,7 +167,17 @@ type Status struct {
 // DefaultStreams is Config.Streams when unset.
 const DefaultStreams = 4
 
+// setDefaults fills in the settings left unset, and a logger that
+// discards if none is wired.
 func (c *Config) setDefaults() {
+	c.Settings.setDefaults()
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+}
+
+// setDefaults fills in the settings left unset.
+func (c *Settings) setDefaults() {
 	// The daemon sizes its batches by the copy's options: as a Copier
 	// would take them, not as given (a zero SyncBytes batched nothing).
 	c.Flush = c.Flush.WithDefaults()
@@ -169,9 +195,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryMax < c.RetryMin {
 		c.RetryMax = max(c.RetryMin, time.Minute)
-	}
-	if c.Log == nil {
-		c.Log = zap.NewNop()
 	}
 }
 

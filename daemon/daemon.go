@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +15,6 @@ import (
 	"github.com/scr-transferd/scr-transferd/cache"
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
-	"github.com/scr-transferd/scr-transferd/internal/filewatch"
-	"github.com/scr-transferd/scr-transferd/internal/instance"
 	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/internal/rate"
 	"github.com/scr-transferd/scr-transferd/transfer"
@@ -29,59 +24,40 @@ import (
 var errEntryChanged = errors.New("the FILES entry was removed or changed by the library")
 
 // daemon is the state of one run. Only the loop goroutine touches it,
-// except the fields documented otherwise.
+// except the parts documented otherwise. It reads as a few parts: what it
+// was given (settings, wiring), the copy machinery, the loop's view of
+// the transfer file, the counters its workers share, the transfer file's
+// trouble, the retries, the status snapshot, and the log's bookkeeping.
 type daemon struct {
-	cfg      Config
+	cfg      Settings
 	log      *zap.Logger
-	store    *hashfile.Store
-	throttle *flush.Throttle
-	copier   *flush.Copier
-	copiers  []*flush.Copier // one per stream of a batch; copiers[0] is copier
-	bufs     cache.Buffers   // lent to the checks of --verify=before
+	onStatus func(Status) // Wiring.OnStatus, nil if none
+	beat     *Heartbeat
+	ctx      context.Context // the run's: cancelled by a signal or Close
+	life     *lifecycle      // the handle's Ready, nil without a handle (handle.go)
 
-	ctx        context.Context // the run's: cancelled by a signal
-	state      transfer.State  // as recorded in the file
-	view       transfer.View   // last good view of the file
-	fileErr    string          // last problem with the transfer file (fileErrKey), logged once
-	fileWrite  bool            // fileErr is a failed rewrite: cleared only by a write that succeeds
-	fileRetry  retry           // when to try the transfer file again while fileErr is set
-	wroteOK    atomic.Bool     // a commit rewrote the transfer file (worker, read by the loop)
-	lockSince  atomic.Int64    // unix ns since when an access waits for the transfer-file lock; 0 if none
-	quietSince atomic.Int64    // unix ns since when the library leaves the file no quiet moment (settleWait); 0 if it does
-	statusMu   sync.Mutex      // guards lastShown: the lock-wait hook reports from either goroutine
-	problems   map[string]bool
-	stale      map[string]bool        // partial copies to remove (litter.go)
-	published  map[string]*unrecorded // by source path: published, not recorded (unrecorded.go)
-	swept      bool                   // leftover partial copies looked for at start
-	warned     map[string]string      // WARNING last logged, by source path
-	retries    map[string]*retry      // by source path
-	job        *job                   // copy under way, nil when idle
-	beat       *Heartbeat
+	// The copy machinery.
+	store      *hashfile.Store
+	throttle   *flush.Throttle
+	copier     *flush.Copier
+	copiers    []*flush.Copier // one per stream of a batch; copiers[0] is copier
+	bufs       cache.Buffers   // lent to the checks of --verify=before
 	results    chan result
-	lastOK     time.Time
-	lastShown  Status
-	copied     atomic.Int64 // bytes made durable by this process, for metrics
-	meter      *rate.Meter  // the rate of copied while copying; nil while idle
+	batchFiles int // the most files a batch takes (batchFiles)
+	streams    int // streams a batch may run, 0: as many as copiers (planDescriptors)
+	groupFDs   int // descriptors a batch's group may hold, 0: unbounded (planDescriptors)
 
-	rand         func() float64        // uniform in [0, 1): the jitter of retries
-	limits       *limits               // BW and PERCENT last applied, nil before the first
-	throttled    uint64                // throttle pauses already logged
-	batchFiles   int                   // the most files a batch takes (batchFiles)
-	streams      int                   // streams a batch may run, 0: as many as copiers (planDescriptors)
-	groupFDs     int                   // descriptors a batch's group may hold, 0: unbounded (planDescriptors)
-	others       uint64                // store.Others() when the loop last read the file
-	refused      []error               // why each entry of view is refused (readView), nil where it is not
-	memSize      int                   // transfer file size the memory limit was set for (memory.go)
-	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
-	flushStarted time.Time             // the flush under way began, zero when none
-	flushCopied  int64                 // copied when it began
-	lost         <-chan error          // the instance lock lost to another process (instance.go)
-	recheck      recheck               // when refusals found by comparing files are worked out again (entries.go)
-	autoLogged   float64               // BW auto's rate last logged (bwauto.go)
+	loopState
+	clock   wakeClock         // when the loop must next act (wake.go)
+	limits  *limits           // BW and PERCENT last applied, nil before the first
+	retries map[string]*retry // by source path
+	rand    func() float64    // uniform in [0, 1): the jitter of retries
 
-	// topProblems are the top-level problems of the last pass (BW,
-	// PERCENT, COMMAND values): each is logged when it appears.
-	topProblems map[string]bool
+	workerShared
+	fileTrouble
+	statusShown
+	logOnce
+	hooks
 }
 
 // limits are the BW and PERCENT in force, logged when they change.
@@ -142,253 +118,6 @@ type result struct {
 	batch    []result // for a batch, one result per file taken up
 }
 
-// Run runs the daemon until COMMAND EXIT (it returns nil)
-// or ctx is cancelled (a signal: it stops the copy at a consistent point,
-// records EXITING and returns nil). It returns an error only if it cannot
-// start.
-func Run(ctx context.Context, cfg Config) error {
-	cfg.setDefaults()
-	path, err := filepath.Abs(cfg.TransferFile)
-	if err != nil {
-		return fmt.Errorf("transfer file %q: %w", cfg.TransferFile, err)
-	}
-	cfg.TransferFile = path
-	cfg.Flush.VerifyAfter = cfg.Verify.after()
-	cfg.Flush.Owner = partialOwner(path)
-	if err := controlDir(filepath.Dir(path), cfg.CreateDir); err != nil {
-		return err
-	}
-	for _, p := range append(append([]string{}, cfg.AllowSrc...), cfg.AllowDest...) {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("allowed prefix %q is not an absolute path", p)
-		}
-	}
-	store := hashfile.NewStore(path, cfg.Locking)
-	if !cfg.Insecure {
-		if err := checkControlDir(filepath.Dir(path), cfg.StrictModes); err != nil {
-			return err
-		}
-	}
-	// One daemon per transfer file, before anything is written: a second
-	// daemon would resume the same partial copies and fight over STATE.
-	// The kernel releases the lock however this process ends.
-	inst, err := instance.Acquire(path)
-	if err != nil {
-		return err
-	}
-	defer inst.Close()
-	if err := createTransferFile(path, cfg.StrictModes); err != nil {
-		return err
-	}
-	store.CreateMode(createMode(cfg.StrictModes))
-	if !cfg.Insecure {
-		store.Guard(transferFileGuard(cfg.StrictModes))
-		var r *refusal
-		if _, err := store.ReadContext(ctx); errors.As(err, &r) || errors.Is(err, hashfile.ErrSymlink) {
-			return err
-		}
-	}
-	th := flush.NewThrottle()
-	th.SetAuto(cfg.BWAuto)
-	d := &daemon{
-		ctx:       ctx,
-		beat:      cfg.Heartbeat,
-		cfg:       cfg,
-		log:       cfg.Log,
-		store:     store,
-		throttle:  th,
-		copier:    flush.NewCopier(th, cfg.Flush),
-		problems:  map[string]bool{},
-		stale:     map[string]bool{},
-		published: map[string]*unrecorded{},
-		warned:    map[string]string{},
-		retries:   map[string]*retry{},
-		rand:      rand.Float64,
-		results:   make(chan result, 1),
-	}
-	d.lost = watchInstance(ctx, inst, d.log)
-	d.batchFiles = batchFiles()
-	d.copiers = []*flush.Copier{d.copier}
-	for len(d.copiers) < cfg.Streams {
-		d.copiers = append(d.copiers, flush.NewCopier(th, cfg.Flush))
-	}
-	d.planDescriptors()
-	if d.beat == nil {
-		d.beat = NewHeartbeat(0)
-	}
-	d.beat.setWorkerGrace(2 * max(cfg.Flush.SyncInterval, flush.DefaultSyncInterval))
-	store.OnLockWait(d.lockWait)
-	if cfg.Locking == hashfile.Fcntl {
-		store.Settle(cfg.FcntlSettle)
-		store.OnSettleWait(d.settleWait)
-	}
-	return d.loop(ctx)
-}
-
-func (d *daemon) loop(ctx context.Context) error {
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
-	changed := filewatch.Watch(watchCtx, d.cfg.TransferFile, d.cfg.Poll, func(msg string, err error) {
-		d.log.Warn(msg, zap.String("transfer_file", d.cfg.TransferFile), zap.Error(err))
-	})
-	reread := time.NewTicker(d.cfg.Reread)
-	defer reread.Stop()
-	retryTimer := time.NewTimer(time.Hour)
-	retryTimer.Stop()
-	var progress <-chan time.Time
-	var progressTicker *time.Ticker
-	var heartbeat <-chan time.Time
-	if d.beat.every > 0 {
-		t := time.NewTicker(d.beat.every)
-		defer t.Stop()
-		heartbeat = t.C
-	}
-	var progressLog <-chan time.Time // a progress line for the log
-	var progressLogTicker *time.Ticker
-
-	d.log.Info("started", zap.String("transfer_file", d.cfg.TransferFile),
-		zap.String("instance_lock", instance.LockPath(d.cfg.TransferFile)), zap.Int("pid", os.Getpid()),
-		zap.String("locking", d.cfg.Locking.String()), zap.String("verify", d.cfg.Verify.String()))
-	if g := groupWritable(d.cfg.TransferFile, filepath.Dir(d.cfg.TransferFile)); g != "" && !d.cfg.Insecure {
-		d.log.Info("trusting a group-writable "+g+": its members can direct the daemon; --strict-modes refuses this",
-			zap.String("umask_hint", "the SCR library creates its files from the umask (002 makes them group-writable)"))
-	}
-	d.state = transfer.Stopped
-	d.sync(true)
-	for {
-		d.beat.loopBeat()
-		if d.state == transfer.Exiting && d.job == nil {
-			d.log.Info("exiting on COMMAND EXIT")
-			return nil
-		}
-		// Arm the retry timer for the earliest file waiting out its back-off.
-		// Not while the transfer file is unusable: the retry could not be
-		// taken, and a timer already due would fire again at once.
-		// While the transfer file is unusable, retry it on its own back-off.
-		if d.fileErr != "" {
-			retryTimer.Reset(time.Until(d.fileRetry.at))
-		} else if at, ok := d.nextRetry(); ok && d.job == nil && d.state == transfer.Running {
-			retryTimer.Reset(time.Until(at))
-		}
-		// Report progress once a second while copying, never while idle.
-		if d.job != nil && progressTicker == nil {
-			progressTicker = time.NewTicker(time.Second)
-			progress = progressTicker.C
-		} else if d.job == nil && progressTicker != nil {
-			progressTicker.Stop()
-			progressTicker, progress = nil, nil
-		}
-		// A progress line every ProgressEvery while copying.
-		if d.job != nil && progressLogTicker == nil && d.cfg.ProgressEvery > 0 {
-			progressLogTicker = time.NewTicker(d.cfg.ProgressEvery)
-			progressLog = progressLogTicker.C
-		} else if d.job == nil && progressLogTicker != nil {
-			progressLogTicker.Stop()
-			progressLogTicker, progressLog = nil, nil
-		}
-		select {
-		case <-ctx.Done():
-			return d.shutdown()
-		case err := <-d.lost:
-			return d.lockLost(err)
-		case <-changed:
-			if d.ownChange() {
-				continue
-			}
-			d.sync(false)
-		case <-reread.C:
-			d.sync(false)
-		case <-retryTimer.C:
-			d.sync(false)
-		case <-progress:
-			d.report()
-			d.logThrottle()
-			d.logAuto()
-		case <-progressLog:
-			d.logProgress()
-		case <-heartbeat:
-		case r := <-d.results:
-			d.finish(r)
-			d.sync(false)
-		}
-	}
-}
-
-// commitGrace and stopGrace are how long the commits of a copy still wait
-// for the transfer file's lock once the copy is told to stop: what they
-// record is durable already, the progress saved on stopping or a copy
-// already published under its name, and the library holds the lock for a
-// moment at each of its updates. Without them, a stop that met such a
-// moment lost the commit: the next copy found no partial copy to resume (it
-// had been published) and started again from 0. On a signal the wait is
-// commitGrace, shorter than stopWait, so that the signal is still answered
-// in time when the lock stays held; when the library stops the copy
-// (STOP, a changed entry) it is stopGrace, since a loaded node's library
-// was seen to hold the lock for up to a second at a time.
-const (
-	commitGrace = 200 * time.Millisecond
-	stopGrace   = 5 * time.Second
-)
-
-// graceContext returns a context that ends stopGrace after ctx does, or
-// commitGrace after the daemon's run is cancelled by a signal, whichever
-// comes first, and its cancel.
-func (d *daemon) graceContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopped := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
-	signalled := context.AfterFunc(d.ctx, func() { time.AfterFunc(commitGrace, cancel) })
-	return g, func() {
-		stopped()
-		signalled()
-		cancel()
-	}
-}
-
-// Bounds of a shutdown on a signal, so that it is answered within a
-// second whatever holds the daemon up: the copy gets stopWait to stop at a
-// consistent point, and recording EXITING gets exitingWait for the lock.
-const (
-	stopWait    = 400 * time.Millisecond
-	exitingWait = 300 * time.Millisecond
-)
-
-// shutdown stops the copy under way at a consistent point (WRITTEN covers
-// only durable bytes) and records EXITING. Neither step waits for long: a
-// copy stuck in the kernel (a hung fsync) is left behind, its last commit
-// standing, and if another process holds the transfer-file lock EXITING is
-// not recorded; the log says so. WRITTEN only ever covers durable bytes,
-// so nothing recorded is wrong either way: the next daemon resumes from it.
-func (d *daemon) shutdown() error {
-	d.log.Info("signal received: stopping")
-	if d.job != nil {
-		d.job.cancel()
-		select {
-		case r := <-d.results:
-			d.finish(r)
-		case <-time.After(stopWait):
-			d.log.Warn("the copy did not stop in time; exiting without it (WRITTEN covers only durable bytes)",
-				zap.String("src", d.job.file.Src), zap.Duration("waited", stopWait))
-		}
-	}
-	d.state = transfer.Exiting
-	ctx, cancel := context.WithTimeout(context.Background(), exitingWait)
-	defer cancel()
-	if _, _, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
-		transfer.SetState(t, transfer.Exiting)
-		// The copy's last commit came after the last pass read the file:
-		// read it again so that the last status, metrics and log line
-		// count what the file now holds.
-		d.view = d.readView(t)
-		return nil
-	}); err != nil {
-		d.log.Error("exiting without recording STATE EXITING", zap.Error(err))
-	}
-	size, written := d.view.Totals()
-	d.log.Info("stopped", logging.Bytes("bytes_durable", written), logging.Bytes("bytes_pending", max(size-written, 0)))
-	d.report()
-	return nil
-}
-
 // readView reads the transfer file's view, with the entries the daemon
 // refuses marked with their Problem. What the daemon refuses depends on
 // the entries' sources and destinations only (and the configuration), so
@@ -444,136 +173,6 @@ func sameEntries(a, b []transfer.File) bool {
 // thousands of entries. The periodic re-read stays as it is.
 func (d *daemon) ownChange() bool {
 	return d.fileErr == "" && d.store.Others() == d.others && d.store.Unchanged()
-}
-
-// sync reads the transfer file under its lock, decides the state, records
-// what must be recorded, and then starts or stops the copy to match.
-func (d *daemon) sync(first bool) {
-	// Before the read: a version someone else wrote that an update of the
-	// copy reads from here on makes the next notification count. Once the
-	// update succeeded, what it read itself no longer does (seen, below).
-	d.others = d.store.Others()
-	if !d.cfg.Insecure {
-		if err := checkControlDir(filepath.Dir(d.cfg.TransferFile), d.cfg.StrictModes); err != nil {
-			d.fileError(err)
-			return
-		}
-	}
-	var v transfer.View
-	var want, next transfer.State
-	var done, staleExit bool
-	var unwanted string // why the copy under way must stop, "" if it need not
-	began := time.Now()
-	var flushBegan, flushEnded time.Time // the flush recorded as begun, ended
-	var locked time.Time
-	var seen uint64 // store.Others() as this update read the file
-	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
-		locked = time.Now()
-		// The Store runs one Read or Update at a time: no update of the
-		// copy can find a change between this one's read and here.
-		seen = d.store.Others()
-		v = d.readView(t)
-		if first && leftoverExit(v) {
-			t.Unset(transfer.KeyCommand)
-			v.Command, staleExit = "", true
-		}
-		if d.job != nil {
-			// Under the lock, where the worker records its commits: after
-			// it, a commit made since would look like the library's change.
-			unwanted = d.jobWanted(v, d.job)
-		}
-		want, done = transfer.Next(v, d.state, d.job != nil)
-		next = want
-		if d.job != nil && want != transfer.Running {
-			// Stop the copy first; the new state is recorded once it has.
-			next = d.state
-		}
-		if v.State != next || first {
-			transfer.SetState(t, next)
-		}
-		if done {
-			transfer.SetDone(t, true)
-		}
-		// The flush record (FLUSH) is written with the state it times.
-		flushBegan, flushEnded = time.Time{}, time.Time{}
-		if next == transfer.Running && d.flushStarted.IsZero() {
-			flushBegan = time.Now()
-			_, written := v.Totals()
-			transfer.BeginFlush(t, flushBegan, written)
-		}
-		if done {
-			flushEnded = time.Now()
-			_, written := v.Totals()
-			transfer.EndFlush(t, flushEnded, written)
-		}
-		d.recordProblems(t, v)
-		return nil
-	})
-	if err != nil {
-		if d.ctx.Err() != nil {
-			return
-		}
-		d.fileError(err)
-		if errors.As(err, new(*hashfile.WriteError)) && want == transfer.Running && !done && !first {
-			// Read whole, but no room to rewrite it (a full file system,
-			// RLIMIT_FSIZE): the copy still goes on as the file asks; its
-			// commits wait, their partial copies kept, until the file can
-			// be rewritten. Nothing of this pass is taken as recorded: the
-			// next one writes the state and the flush record again.
-			d.applyLimits(v)
-			d.state = transfer.Running
-			d.view = v
-			d.schedule(v, want, unwanted)
-			d.report()
-		}
-		return
-	}
-	// The version this update found, someone else's or not, is the loop's
-	// to look at now, not a change still to see: the notification of the
-	// write that answers it must not make the loop read the file back.
-	d.others = seen
-	d.log.Debug("transfer file read under its lock", zap.Duration("lock_wait", locked.Sub(began)),
-		zap.Duration("held", time.Since(locked)), zap.Bool("wrote", wrote), zap.String("command", string(v.Command)),
-		zap.Int("files", len(v.Files)))
-	if wrote || d.wroteOK.Swap(false) || !d.fileWrite {
-		d.fileUsable()
-	} else {
-		// Read, but a rewrite still has to succeed: try again later.
-		d.fileRetry.at = time.Now().Add(d.fileRetry.wait)
-	}
-	if staleExit {
-		d.log.Warn("COMMAND EXIT left from an earlier run (STATE EXITING was recorded) removed; waiting for the next COMMAND",
-			zap.String("transfer_file", d.cfg.TransferFile))
-	}
-	d.applyLimits(v)
-	d.boundMemory()
-	if next != d.state {
-		d.log.Info("state", zap.String("from", string(d.state)), zap.String("to", string(next)),
-			zap.String("command", string(v.Command)))
-	}
-	if !flushBegan.IsZero() {
-		d.flushStarted, d.flushCopied = flushBegan, d.copied.Load()
-	}
-	if done {
-		d.flushComplete(v, flushEnded)
-	} else if next != transfer.Running {
-		d.flushStarted = time.Time{} // STOP or EXIT: a later RUN starts the count again
-	}
-	if v.Unknown != "" && !d.problems["COMMAND "+v.Unknown] {
-		d.problems["COMMAND "+v.Unknown] = true
-		d.log.Warn("unknown COMMAND ignored", zap.String("command", v.Unknown))
-	}
-	d.state = next
-	d.noteStale(d.view, v)
-	d.view = v
-	d.forgetRetries(v)
-	if !d.swept {
-		d.swept = true
-		d.sweepAtStart(v)
-	}
-	d.removeStale()
-	d.schedule(v, want, unwanted)
-	d.report()
 }
 
 // leftoverExit tells whether the transfer file a daemon finds at its start
@@ -724,24 +323,6 @@ func limitField(key string, v float64, f zap.Field) zap.Field {
 	return f
 }
 
-// recordProblems writes an ERROR for entries that cannot be copied as they
-// stand, so the library and the administrator see why the flush is not done.
-func (d *daemon) recordProblems(t *hashfile.Tree, v transfer.View) {
-	for _, f := range v.Files {
-		if f.Problem == nil {
-			continue
-		}
-		msg := transfer.Refused(f.Problem)
-		// The recorded ERROR is the folded form: compare with that, or a
-		// message with a double space, a tab or a line break would differ
-		// from it on every pass, and be logged and written again each time.
-		if f.Error != transfer.ErrorValue(msg) {
-			transfer.SetError(t, f.Src, msg)
-			d.log.Error("refused FILES entry", zap.String("src", f.Src), zap.Error(f.Problem))
-		}
-	}
-}
-
 // confine checks a file's paths against --allow-src and --allow-dest.
 func (d *daemon) confine(f transfer.File) error {
 	switch {
@@ -757,32 +338,6 @@ func (d *daemon) confine(f transfer.File) error {
 		return fmt.Errorf("destination %s is outside the allowed destination prefixes %v", f.Dest, d.cfg.AllowDest)
 	}
 	return nil
-}
-
-// schedule starts a copy when running and idle, and cancels the copy under
-// way when the state or its entry no longer calls for it (unwanted: why,
-// found under the transfer file's lock).
-func (d *daemon) schedule(v transfer.View, want transfer.State, unwanted string) {
-	if d.job != nil {
-		if want != transfer.Running {
-			d.job.cancel()
-		} else if why := unwanted; why != "" {
-			d.log.Warn("copy abandoned: "+why, zap.String("src", d.job.file.Src),
-				logging.Bytes("daemon_written", d.job.durable.Load()))
-			d.job.cancel()
-		}
-		return
-	}
-	if d.state != transfer.Running {
-		return
-	}
-	switch files := d.pickBatch(v, time.Now()); len(files) {
-	case 0:
-	case 1:
-		d.start(files[0])
-	default:
-		d.startBatch(files)
-	}
 }
 
 // jobWanted is stillWanted for every file of the job, each entry found
@@ -940,21 +495,7 @@ func (d *daemon) finish(r result) {
 	d.beat.workerStop()
 	r.job.cancel()
 	if r.batch != nil {
-		var files int
-		var bytes int64
-		for _, sub := range r.batch {
-			if sub.err == nil && sub.res.Complete {
-				files++
-				bytes += sub.job.data
-			}
-			d.finish(sub)
-		}
-		if len(r.batch) > 0 && r.batch[0].job.quiet && files > 0 {
-			elapsed := time.Since(r.job.started)
-			d.log.Info("flushed a batch of files", zap.Int("files", files), logging.Bytes("bytes", bytes),
-				zap.String("first", r.batch[0].job.file.Src), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", rate.Average(bytes, elapsed)))
-		}
+		d.finishBatch(r)
 		return
 	}
 	f := r.job.file
@@ -965,27 +506,7 @@ func (d *daemon) finish(r result) {
 	}
 	switch {
 	case r.err == nil && r.res.Complete:
-		d.logRecovered(f, d.retries[f.Src])
-		delete(d.retries, f.Src)
-		if r.warnings != d.warned[f.Src] {
-			if r.warnings != "" {
-				d.log.Warn("checkpoint flushed with a warning", zap.String("src", f.Src), zap.String("warning", r.warnings))
-			}
-			d.warned[f.Src] = r.warnings
-		}
-		d.lastOK = time.Now()
-		// Checked first: a batch's files are logged at debug, and their
-		// fields, built for nothing, took milliseconds between a batch's
-		// last record and FLAG DONE.
-		if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
-			elapsed := d.lastOK.Sub(r.job.started)
-			// copied: this attempt's data bytes, which elapsed and the
-			// rate are about (a resumed file's size is not, nor holes).
-			ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
-				logging.Bytes("copied", r.job.data),
-				zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
-				logging.Rate("average_rate", rate.Average(r.job.data, elapsed)))
-		}
+		d.flushed(r)
 	case r.err == nil:
 		// Stopped without an error: nothing to record.
 	case errors.As(r.err, &we):
@@ -1012,6 +533,53 @@ func (d *daemon) finish(r result) {
 		d.retries[f.Src] = afresh(retryPolicy(d.cfg), time.Now(), d.rand())
 	default:
 		d.fail(f, r.err)
+	}
+}
+
+// finishBatch handles the end of a batch: the end of each of its files,
+// and a line for the batch when its files are logged as a whole.
+func (d *daemon) finishBatch(r result) {
+	var files int
+	var bytes int64
+	for _, sub := range r.batch {
+		if sub.err == nil && sub.res.Complete {
+			files++
+			bytes += sub.job.data
+		}
+		d.finish(sub)
+	}
+	if len(r.batch) > 0 && r.batch[0].job.quiet && files > 0 {
+		elapsed := time.Since(r.job.started)
+		d.log.Info("flushed a batch of files", zap.Int("files", files), logging.Bytes("bytes", bytes),
+			zap.String("first", r.batch[0].job.file.Src), zap.Duration("elapsed", elapsed),
+			logging.Rate("average_rate", rate.Average(bytes, elapsed)))
+	}
+}
+
+// flushed handles a file's copy that completed and was recorded: the end
+// of its back-off, its WARNING, and its line.
+func (d *daemon) flushed(r result) {
+	f := r.job.file
+	d.logRecovered(f, d.retries[f.Src])
+	delete(d.retries, f.Src)
+	if r.warnings != d.warned[f.Src] {
+		if r.warnings != "" {
+			d.log.Warn("checkpoint flushed with a warning", zap.String("src", f.Src), zap.String("warning", r.warnings))
+		}
+		d.warned[f.Src] = r.warnings
+	}
+	d.lastOK = time.Now()
+	// Checked first: a batch's files are logged at debug, and their
+	// fields, built for nothing, took milliseconds between a batch's
+	// last record and FLAG DONE.
+	if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
+		elapsed := d.lastOK.Sub(r.job.started)
+		// copied: this attempt's data bytes, which elapsed and the
+		// rate are about (a resumed file's size is not, nor holes).
+		ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
+			logging.Bytes("copied", r.job.data),
+			zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
+			logging.Rate("average_rate", rate.Average(r.job.data, elapsed)))
 	}
 }
 
@@ -1081,11 +649,9 @@ func (d *daemon) forgetRetries(v transfer.View) {
 	}
 }
 
-// report sends a status snapshot to OnStatus if anything changed.
+// report keeps the status snapshot for the handle's Status and sends it
+// to OnStatus if anything changed.
 func (d *daemon) report() {
-	if d.cfg.OnStatus == nil {
-		return
-	}
 	s := Status{State: d.state, LastSuccess: d.lastOK, BytesCopied: d.copied.Load(), LockWaitSince: d.lockWaitSince(), NoQuietSince: d.noQuietSince()}
 	size, written := d.view.Totals()
 	if d.job != nil {
@@ -1122,7 +688,9 @@ func (d *daemon) report() {
 	defer d.statusMu.Unlock()
 	if s != d.lastShown {
 		d.lastShown = s
-		d.cfg.OnStatus(s)
+		if d.onStatus != nil {
+			d.onStatus(s)
+		}
 	}
 }
 
@@ -1136,16 +704,15 @@ func (d *daemon) lockWait(since time.Time) {
 		d.lockSince.Store(since.UnixNano())
 		d.log.Warn("waiting for the transfer-file lock, held by another process", zap.Time("since", since))
 	}
-	if d.cfg.OnStatus == nil {
-		return
-	}
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	s := d.lastShown
 	s.LockWaitSince = d.lockWaitSince()
 	if s != d.lastShown {
 		d.lastShown = s
-		d.cfg.OnStatus(s)
+		if d.onStatus != nil {
+			d.onStatus(s)
+		}
 	}
 }
 
@@ -1163,9 +730,6 @@ func (d *daemon) settleWait(since time.Time) {
 		d.log.Warn("the library left the transfer file no quiet moment: accessing it anyway (SCR <= 1.2 with fcntl locking may fail its lock now)",
 			zap.Time("since", since), zap.Duration("waited", time.Since(since)))
 	}
-	if d.cfg.OnStatus == nil {
-		return
-	}
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	if d.lastShown.State == "" {
@@ -1175,7 +739,9 @@ func (d *daemon) settleWait(since time.Time) {
 	s.NoQuietSince = d.noQuietSince()
 	if s != d.lastShown {
 		d.lastShown = s
-		d.cfg.OnStatus(s)
+		if d.onStatus != nil {
+			d.onStatus(s)
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,15 +43,13 @@ func TestFailureLoggedOncePerChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() {
-		ran <- Run(ctx, Config{TransferFile: tf, Locking: hashfile.Flock, RetryMin: 20 * time.Millisecond,
-			RetryMax: 40 * time.Millisecond, Verify: VerifyOff, Log: zap.New(core)})
-	}()
+	d, err := Start(t.Context(), Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock, RetryMin: 20 * time.Millisecond,
+		RetryMax: 40 * time.Millisecond, Verify: VerifyOff}, Wiring: Wiring{Log: zap.New(core)}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
+		if err := d.Close(); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -182,8 +179,8 @@ func TestStaleWriteFailureNotReported(t *testing.T) {
 	update()
 	core, logs := observer.New(zapcore.DebugLevel)
 	d := &daemon{log: zap.New(core), store: store, beat: NewHeartbeat(0), retries: map[string]*retry{},
-		warned: map[string]string{}, rand: func() float64 { return 0.5 },
-		cfg: Config{RetryMin: time.Second, RetryMax: time.Minute}}
+		logOnce: logOnce{warned: map[string]string{}}, rand: func() float64 { return 0.5 },
+		cfg: Settings{RetryMin: time.Second, RetryMax: time.Minute}}
 	failed := func() result {
 		// As hashfile reports an update it could not write, now.
 		we := &hashfile.WriteError{Path: tf, Err: unix.EFBIG, Rewrites: store.Rewrites()}

@@ -36,15 +36,6 @@ func watchInstance(ctx context.Context, inst *instance.Lock, log *zap.Logger) <-
 // the transfer file, which the other daemon serves now.
 func (d *daemon) lockLost(err error) error {
 	d.log.Error("stopping: another process serves the transfer file now", zap.Error(err))
-	if d.job != nil {
-		d.job.cancel()
-		select {
-		case r := <-d.results:
-			d.finish(r)
-		case <-time.After(stopWait):
-			d.log.Warn("the copy did not stop in time; exiting without it (WRITTEN covers only durable bytes)",
-				zap.String("src", d.job.file.Src), zap.Duration("waited", stopWait))
-		}
-	}
+	d.stopJob()
 	return err
 }

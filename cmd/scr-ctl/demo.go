@@ -321,12 +321,14 @@ func startDemoDaemon(ctx context.Context, l demoLayout) (*demoDaemon, error) {
 	d := &demoDaemon{store: store, stop: stop, done: make(chan error, 1), logFile: logFile}
 	go func() {
 		d.done <- daemon.Run(dctx, daemon.Config{
-			TransferFile: l.transfer,
-			// Durable progress is recorded every 200 ms so that the view moves.
-			Flush:    flush.Options{SyncInterval: 200 * time.Millisecond, SyncBytes: 1 << 20},
-			Verify:   daemon.VerifyBoth,
-			RetryMin: time.Second,
-			Log:      log,
+			Settings: daemon.Settings{
+				TransferFile: l.transfer,
+				// Durable progress is recorded every 200 ms so that the view moves.
+				Flush:    flush.Options{SyncInterval: 200 * time.Millisecond, SyncBytes: 1 << 20},
+				Verify:   daemon.VerifyBoth,
+				RetryMin: time.Second,
+			},
+			Wiring: daemon.Wiring{Log: log},
 		})
 	}()
 	return d, nil

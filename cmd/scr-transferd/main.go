@@ -158,23 +158,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// (docs/man/scr-transferd.1).
 		return manPage(stdout)
 	}
-	o, err := parse(args, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err == nil {
-		if o.log, err = logging.New(o.logFormat, o.logLevel, stderr); err != nil {
-			err = usageError{err.Error()}
-		}
-	}
-	var ue usageError
-	if errors.As(err, &ue) {
-		fmt.Fprintf(stderr, "scr-transferd: %v\n(scr-transferd --help lists the flags)\n", err)
-		return 2
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "scr-transferd: %v\n", err)
-		return 2
+	o, status, ok := setup(args, stdout, stderr)
+	if !ok {
+		return status
 	}
 	vi := version.Get()
 	if o.version {
@@ -187,7 +173,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	_, prioErr := prio.Lower(prioSettings)
 	log := o.log
 	defer func() { _ = log.Sync() }()
-	o.cfg.Log = log
 	log.Info("scr-transferd starting", zap.String("version", vi.Version), zap.String("revision", vi.Revision),
 		zap.Bool("modified", vi.Modified), zap.String("go", vi.GoVersion), zap.Int("pid", os.Getpid()))
 	checkConfinement(log, o.cfg.AllowSrc, o.cfg.AllowDest)
@@ -196,6 +181,40 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else if o.nice > 0 || o.ioIdle {
 		log.Info("priority lowered on every thread", zap.Int("nice_added", o.nice), zap.Bool("io_idle", o.ioIdle))
 	}
+	return serve(o)
+}
+
+// setup parses the command line and makes the logger. It returns ok false
+// with the exit status when the program must end here: after --help, or
+// on a mistake (status 2, said on stderr).
+func setup(args []string, stdout, stderr io.Writer) (o *options, status int, ok bool) {
+	o, err := parse(args, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, 0, false
+	}
+	if err == nil {
+		if o.log, err = logging.New(o.logFormat, o.logLevel, stderr); err != nil {
+			err = usageError{err.Error()}
+		}
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "scr-transferd: %v\n(scr-transferd --help lists the flags)\n", err)
+		return nil, exitUsage, false
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "scr-transferd: %v\n", err)
+		return nil, exitUsage, false
+	}
+	return o, 0, true
+}
+
+// serve runs the daemon with its service manners (sd_notify, the metrics
+// file) until it ends, and returns the exit status: 0, or the status of
+// the reason it could not start or go on.
+func serve(o *options) int {
+	log := o.log
+	o.cfg.Log = log
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if o.metrics != "" {
@@ -206,10 +225,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	o.cfg.OnStatus = svc.onStatus
 	o.cfg.Heartbeat = svc.beat
 	context.AfterFunc(ctx, svc.stopping)
-	err = daemon.Run(ctx, o.cfg)
-	svc.stopping()
+	d, err := daemon.Start(ctx, o.cfg)
 	if err != nil {
+		svc.stopping()
 		log.Error("cannot start", zap.Error(err))
+		return startFailureStatus(err)
+	}
+	<-d.Done()
+	svc.stopping()
+	if err := d.Err(); err != nil {
+		// Another process took the instance lock: it serves the transfer
+		// file now, and a restart of this one could not.
+		log.Error("stopped: cannot go on", zap.Error(err))
 		return startFailureStatus(err)
 	}
 	return 0

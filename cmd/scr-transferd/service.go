@@ -90,7 +90,7 @@ func startServiceBuild(log *zap.Logger, transferFile, metricsFile string, build 
 	return s
 }
 
-// onStatus is daemon.Config.OnStatus: it records the snapshot and wakes
+// onStatus is daemon.Wiring.OnStatus: it records the snapshot and wakes
 // the service goroutine without waiting.
 func (s *service) onStatus(st daemon.Status) {
 	s.mu.Lock()
