@@ -100,6 +100,15 @@ const (
 	// the minimum of: one sample delayed by a scheduling hiccup is not
 	// taken for a queue.
 	Filter = 2
+	// Clear is the delay, as a fraction of the base, under which a sample
+	// shows the queue gone.
+	Clear = Target / 2
+	// Calm, ContentionChunk and LargeChunk: within Calm of a queue, writes carry at most ContentionChunk
+	Calm            = time.Second
+	ContentionChunk = 256 << 10
+	LargeChunk      = 1 << 20
+	ProbeChunk      = 32 << 10
+	ProbeRate       = 64 * ContentionChunk
 	// AverageTau is the time constant of Average, the rate reported in
 	// logs and metrics: the rate in force changes every few milliseconds.
 	AverageTau = 5 * time.Second
@@ -123,8 +132,10 @@ type Controller struct {
 	recent  [kinds][classes][Filter]float64 // last per-byte latencies, 0 = none
 	pending [kinds]pending                  // small samples summed so far
 
-	last     time.Time // the last sample
-	decrease time.Time // the last decrease
+	last      time.Time // the last sample
+	decrease  time.Time // the last decrease
+	congested time.Time // the last sample delayed above Target
+	peak      float64   // the rate before the decreases since the last clear sample, 0 = none
 
 	avg   float64 // Average's state
 	avgAt time.Time
@@ -134,7 +145,7 @@ type Controller struct {
 // with no history, at time now. ceiling is the BW limit in bytes per second,
 // 0 for none.
 func New(now time.Time, ceiling float64) *Controller {
-	c := &Controller{rate: Start, avgAt: now}
+	c := &Controller{rate: Start, avgAt: now, congested: now, last: now}
 	c.SetCeilingAt(now, ceiling)
 	c.avg = c.rate
 	return c
@@ -177,8 +188,27 @@ func (c *Controller) clamp(r float64) float64 {
 // ObserveAt takes one sample measured at now (when the operation ended)
 // and returns the rate in force after it, and whether it was lowered.
 func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased bool) {
-	if s.Kind < 0 || s.Kind >= kinds || s.Bytes <= 0 || s.Took < 0 {
+	s, ops, began, ok := c.gather(now, s)
+	if !ok {
 		return c.rate, false
+	}
+	c.advance(now)
+	delay := c.record(now, s.Kind, s.Bytes/ops, float64(max(s.Took, 1))/float64(s.Bytes))
+	dt := min(now.Sub(c.last), MaxStep)
+	c.last = now
+	if delay > Target {
+		return c.rate, c.decreaseAt(now, began, delay)
+	}
+	c.increase(dt, delay)
+	return c.rate, false
+}
+
+// gather sums operations of one kind into a sample: it returns the sample
+// once it is complete, with how many operations it sums and when the first
+// began.
+func (c *Controller) gather(now time.Time, s Sample) (Sample, int64, time.Time, bool) {
+	if s.Kind < 0 || s.Kind >= kinds || s.Bytes <= 0 || s.Took < 0 {
+		return s, 0, time.Time{}, false
 	}
 	p := &c.pending[s.Kind]
 	if p.ops == 0 {
@@ -187,32 +217,65 @@ func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased
 	p.bytes += s.Bytes
 	p.took += s.Took
 	p.ops++
-	if p.bytes < MinSampleBytes || (p.took < MinSampleTime && now.Sub(p.since) < MaxStep) {
-		return c.rate, false
+	if p.bytes < MinSampleBytes && p.took < MinSampleTime {
+		return s, 0, time.Time{}, false
 	}
-	s, ops, began := Sample{Kind: s.Kind, Bytes: p.bytes, Took: p.took}, p.ops, p.since
+	sum, ops, began := Sample{Kind: s.Kind, Bytes: p.bytes, Took: p.took}, p.ops, p.since
 	*p = pending{}
-	c.advance(now)
-	delay := c.record(now, s.Kind, class(s.Bytes/ops), float64(max(s.Took, 1))/float64(s.Bytes))
-	dt := min(now.Sub(c.last), MaxStep)
-	c.last = now
-	switch {
-	case delay > Target:
-		if began.Before(c.decrease) {
-			return c.rate, false // began under the old rate
-		}
-		c.decrease = now
-		old := c.rate
-		c.rate = c.clamp(c.rate * min(Decrease, 1/(1+delay)))
-		return c.rate, c.rate < old
-	case dt > 0:
-		step := c.capacity() * dt.Seconds() / RampTime.Seconds()
-		if c.capacity() == 0 {
-			step = c.rate * dt.Seconds() / RampTime.Seconds()
-		}
-		c.rate = c.clamp(c.rate + step)
+	return sum, ops, began, true
+}
+
+// decreaseAt lowers the rate after a sample, begun at began, whose delay
+// was above Target, unless it began before the last decrease; it tells
+// whether the rate was lowered.
+func (c *Controller) decreaseAt(now, began time.Time, delay float64) bool {
+	c.congested = now
+	if began.Before(c.decrease) {
+		return false // began under the old rate
 	}
-	return c.rate, false
+	if c.peak == 0 {
+		c.peak = c.rate
+	}
+	c.decrease = now
+	old := c.rate
+	c.rate = c.clamp(c.rate * min(Decrease, 1/(1+delay)))
+	return c.rate < old
+}
+
+// increase raises the rate after a sample whose delay was within Target,
+// dt after the previous one.
+func (c *Controller) increase(dt time.Duration, delay float64) {
+	if delay <= Clear && c.peak > 0 {
+		c.rate = c.clamp(max(c.rate, c.peak))
+		c.peak = 0
+		return
+	}
+	if dt <= 0 {
+		return
+	}
+	base := c.capacity()
+	if base == 0 {
+		base = c.rate
+	}
+	off := min(1, max(0, (Target-delay)/Target))
+	c.rate = c.clamp(c.rate + off*base*dt.Seconds()/RampTime.Seconds())
+}
+
+// Chunk is how many bytes one write should carry under BW auto: each
+// write is a probe of the destination's queue as well as a load on it.
+// While no queue was seen for Calm, LargeChunk, as an unthrottled copy
+// writes; within Calm of a queue, ContentionChunk, so that a write in
+// service when another writer's request arrives delays it little; below
+// ProbeRate, ProbeChunk, so that the writes that tell when the queue is
+// gone come every few milliseconds and add next to nothing to it.
+func (c *Controller) Chunk() int {
+	switch {
+	case c.last.Sub(c.congested) >= Calm:
+		return LargeChunk
+	case c.rate < ProbeRate:
+		return ProbeChunk
+	}
+	return ContentionChunk
 }
 
 // pending sums small samples of one kind until they reach MinSampleBytes.
@@ -225,7 +288,8 @@ type pending struct {
 
 // record adds a per-byte latency v to class cl of kind k and returns the
 // added delay, as a fraction of the base.
-func (c *Controller) record(now time.Time, k Kind, cl int, v float64) float64 {
+func (c *Controller) record(now time.Time, k Kind, op int64, v float64) float64 {
+	cl := class(op)
 	h := &c.base[k][cl]
 	h.add(now, v)
 	rec := &c.recent[k][cl]
@@ -241,7 +305,11 @@ func (c *Controller) record(now time.Time, k Kind, cl int, v float64) float64 {
 	if b <= 0 {
 		return 0
 	}
-	return cur/b - 1
+	scale := b * float64(op)
+	if ref := c.base[k][class(ContentionChunk)].base() * ContentionChunk; k == Write && ref > 0 {
+		scale = min(scale, ref)
+	}
+	return (cur - b) * float64(op) / scale
 }
 
 // class is the size class of operations of n bytes each: a summed sample
