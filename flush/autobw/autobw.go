@@ -8,9 +8,20 @@
 // class, the lowest latency per byte seen recently (the base: the
 // destination serving this daemon alone) and compares each new sample with
 // it. While the added delay stays under the target the rate grows
-// additively; when it rises above, someone else is queueing at the
-// destination and the rate is halved. The rate stays between a floor that
-// keeps a flush moving and the ceiling (SCR's BW when set).
+// additively, in proportion to how far under it is; when it rises above,
+// someone else is queueing at the destination and the rate is divided by
+// the latency's ratio to the base (at least halved). Others' load on a
+// shared file system comes and goes in bursts (an application's write and
+// fsync every few hundred milliseconds): once a sample shows the queue gone,
+// the rate returns at once to where it was before the queue, so that the
+// flush fills the gaps between the bursts instead of ramping up through
+// them. The controller also sizes each write (Chunk): large while the
+// destination is calm, small within a second of a queue, so that a write
+// of ours in service when another writer's request arrives delays it
+// little, and smaller still at a low rate, so that the writes probing for
+// the end of a queue come often and add next to nothing to it. The rate
+// stays between a floor that keeps a flush moving and the ceiling (SCR's
+// BW when set).
 //
 // The Controller is a pure function of the samples and of the times it is
 // given (like golang.org/x/time/rate's …At methods): it reads no clock and
@@ -59,6 +70,9 @@ const (
 	// time, others' requests wait at most about twice as long again behind
 	// ours, while the scheduling noise of a loaded node (latencies of twice
 	// the best are common with more runnable threads than CPUs) stays below.
+	// For a write larger than ContentionChunk the fraction is of the base
+	// of a ContentionChunk write: a queue adds the same time to any write,
+	// and a large write's long service time must not hide it.
 	Target = 2.0
 	// Decrease is the largest factor applied to the rate when the delay
 	// is above Target, at most once per sample that began after the last
@@ -80,14 +94,11 @@ const (
 	// above that the limit binds nothing, and a rate far above it would
 	// take many halvings to come down when load appears.
 	Headroom = 2.0
-	// MinSampleBytes and MinSampleTime are the least a sample carries:
-	// operations are summed until they reach both, so that a per-operation
-	// cost (the files of a batch of small files) does not read as delay,
-	// and the latency of a few milliseconds' worth of operations, not of
-	// one that waited for a CPU, is compared with the base. Behind a queue
-	// one operation already lasts that long, so a queue is seen at once;
-	// at a low rate a sample ends after MaxStep whatever its time, so that
-	// the rate recovers as fast as samples come.
+	// MinSampleBytes and MinSampleTime make a sample: operations are
+	// summed until they reach either, so that the latency of many tiny
+	// operations (the files of a batch of small files) is measured over a
+	// few of them, while one operation that took MinSampleTime, such as a
+	// probe waiting behind a queue, is a sample at once.
 	MinSampleBytes = 64 << 10
 	MinSampleTime  = 5 * time.Millisecond
 	// BaseBucket and BaseBuckets make the base history, as LEDBAT's: the
@@ -101,14 +112,26 @@ const (
 	// taken for a queue.
 	Filter = 2
 	// Clear is the delay, as a fraction of the base, under which a sample
-	// shows the queue gone.
+	// shows the queue gone: the rate then returns to the one before the
+	// decreases the queue caused.
 	Clear = Target / 2
-	// Calm, ContentionChunk and LargeChunk: within Calm of a queue, writes carry at most ContentionChunk
-	Calm            = time.Second
+	// Calm is how long after the last sample delayed above Target (and
+	// after the start, before anything is known) writes stay small.
+	Calm = time.Second
+	// LargeChunk is the write size while the destination is calm, as an
+	// unthrottled copy writes (the copy's default buffer): each write has
+	// a cost of its own, which a large one keeps small beside its transfer.
+	LargeChunk = 1 << 20
+	// ContentionChunk is the write size within Calm of a queue: a write of
+	// ours in service when another writer's request arrives delays it by
+	// at most this much transfer, and one more write queued before we see
+	// the queue by as much again.
 	ContentionChunk = 256 << 10
-	LargeChunk      = 1 << 20
-	ProbeChunk      = 32 << 10
-	ProbeRate       = 64 * ContentionChunk
+	// ProbeChunk is the write size within Calm of a queue at a rate below
+	// ProbeRate: at such a rate ContentionChunk writes would come tens of
+	// milliseconds apart, and the end of a queue be seen that late.
+	ProbeChunk = 32 << 10
+	ProbeRate  = 64 * ContentionChunk
 	// AverageTau is the time constant of Average, the rate reported in
 	// logs and metrics: the rate in force changes every few milliseconds.
 	AverageTau = 5 * time.Second
@@ -243,7 +266,9 @@ func (c *Controller) decreaseAt(now, began time.Time, delay float64) bool {
 }
 
 // increase raises the rate after a sample whose delay was within Target,
-// dt after the previous one.
+// dt after the previous one: back to the rate before the last queue once
+// the delay is within Clear, else additively, in proportion to how far the
+// delay is below Target (LEDBAT's off_target).
 func (c *Controller) increase(dt time.Duration, delay float64) {
 	if delay <= Clear && c.peak > 0 {
 		c.rate = c.clamp(max(c.rate, c.peak))

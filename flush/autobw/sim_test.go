@@ -32,11 +32,6 @@ const (
 	simFsync   = 500 * time.Microsecond
 	// simBuf is the copy's buffer, the largest write unthrottled.
 	simBuf = 1 << 20
-	// The throttle's chunking under a rate limit: 1/simChunksPerSecond of
-	// a second of transfer, at least simMinChunk, within the controller's
-	// MaxChunk (see flush.chunkFor).
-	simMinChunk        = 16 << 10
-	simChunksPerSecond = 64
 )
 
 // simBucket is the destination's FIFO bucket.
@@ -101,7 +96,9 @@ type simWrite struct {
 }
 
 // chunkAt returns the next write's size and when it is issued, after the
-// pacing the rate in force asks for, from now.
+// pacing the rate in force asks for, from now: as flush.Throttle does, the
+// controller's chunk, with a bucket of one chunk that the throttle drains
+// when the rate is lowered.
 func (f *simFlush) chunkAt(now time.Time) (int, time.Time) {
 	left := f.size - f.copied
 	if f.c == nil {
