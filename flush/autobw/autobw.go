@@ -99,7 +99,7 @@ const (
 	// operations (the files of a batch of small files) is measured over a
 	// few of them, while one operation that took MinSampleTime, such as a
 	// probe waiting behind a queue, is a sample at once.
-	MinSampleBytes = 64 << 10
+	MinSampleBytes = 32 << 10
 	MinSampleTime  = 5 * time.Millisecond
 	// BaseBucket and BaseBuckets make the base history, as LEDBAT's: the
 	// minimum of each BaseBucket, over the last BaseBuckets of them, so the
@@ -216,13 +216,13 @@ func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased
 		return c.rate, false
 	}
 	c.advance(now)
-	delay := c.record(now, s.Kind, s.Bytes/ops, float64(max(s.Took, 1))/float64(s.Bytes))
+	delay, own := c.record(now, s.Kind, s.Bytes/ops, float64(max(s.Took, 1))/float64(s.Bytes))
 	dt := min(now.Sub(c.last), MaxStep)
 	c.last = now
 	if delay > Target {
 		return c.rate, c.decreaseAt(now, began, delay)
 	}
-	c.increase(dt, delay)
+	c.increase(dt, delay, own)
 	return c.rate, false
 }
 
@@ -269,8 +269,8 @@ func (c *Controller) decreaseAt(now, began time.Time, delay float64) bool {
 // dt after the previous one: back to the rate before the last queue once
 // the delay is within Clear, else additively, in proportion to how far the
 // delay is below Target (LEDBAT's off_target).
-func (c *Controller) increase(dt time.Duration, delay float64) {
-	if delay <= Clear && c.peak > 0 {
+func (c *Controller) increase(dt time.Duration, delay, own float64) {
+	if own <= Clear && c.peak > 0 {
 		c.rate = c.clamp(max(c.rate, c.peak))
 		c.peak = 0
 		return
@@ -311,9 +311,13 @@ type pending struct {
 	since time.Time // when the first operation began
 }
 
-// record adds a per-byte latency v to class cl of kind k and returns the
-// added delay, as a fraction of the base.
-func (c *Controller) record(now time.Time, k Kind, op int64, v float64) float64 {
+// record adds a per-byte latency v of operations of op bytes of kind k to
+// their class and returns the added delay, as a fraction of the base (of a
+// ContentionChunk write for larger writes, see Target): filtered, the
+// least of the class's last Filter samples, which a decrease needs; and
+// this sample's own, which a recovery needs, since a sample from before a
+// queue must not tell that it is gone.
+func (c *Controller) record(now time.Time, k Kind, op int64, v float64) (delay, own float64) {
 	cl := class(op)
 	h := &c.base[k][cl]
 	h.add(now, v)
@@ -326,15 +330,24 @@ func (c *Controller) record(now time.Time, k Kind, op int64, v float64) float64 
 			cur = min(cur, x)
 		}
 	}
-	b := h.base()
+	b, ref := h.base(), 0.0
+	if k == Write {
+		ref = c.base[Write][class(ContentionChunk)].base() * ContentionChunk
+	}
+	if ref > 0 && op < ContentionChunk && (b <= 0 || b*float64(op) > ref) {
+		// A smaller write takes no longer than a ContentionChunk one: a
+		// class whose first samples waited behind a queue, or that has
+		// none yet, is judged by that.
+		b = ref / float64(op)
+	}
 	if b <= 0 {
-		return 0
+		return 0, 0
 	}
 	scale := b * float64(op)
-	if ref := c.base[k][class(ContentionChunk)].base() * ContentionChunk; k == Write && ref > 0 {
+	if ref > 0 {
 		scale = min(scale, ref)
 	}
-	return (cur - b) * float64(op) / scale
+	return (cur - b) * float64(op) / scale, (v - b) * float64(op) / scale
 }
 
 // class is the size class of operations of n bytes each: a summed sample

@@ -31,6 +31,8 @@ func TestBesideABurstyApplication(t *testing.T) {
 		if r := beside.flush.Seconds() / free.Seconds(); r > 1.6 {
 			t.Errorf("seed %d: beside the application BW auto took %v, %.2f × size ÷ (C − app rate) = %v, want ≤ 1.6", seed, beside.flush, r, free)
 		}
+		t.Logf("seed %d: alone %.2f × unthrottled; beside: flush %.2f × size ÷ (C − app rate), app p99 %.2f × alone",
+			seed, auto.flush.Seconds()/unthrottled.Seconds(), beside.flush.Seconds()/free.Seconds(), float64(p99(beside.app))/float64(alone))
 		third := auto.flush / 3
 		step := simulate(size, true, third, 2*third, seed)
 		want := 0.9 * float64(size) / auto.flush.Seconds()
