@@ -343,7 +343,7 @@ func TestSignificant(t *testing.T) {
 }
 
 // FuzzObserve: whatever the samples, the rate stays a finite number within
-// the floor and the ceiling.
+// the floor and the ceiling, and the chunk is one of the three sizes.
 func FuzzObserve(f *testing.F) {
 	f.Add(int64(chunk), int64(time.Millisecond), int64(time.Millisecond), uint8(0), 0.0)
 	f.Add(int64(1), int64(0), int64(0), uint8(1), 1e6)
@@ -360,6 +360,9 @@ func FuzzObserve(f *testing.F) {
 			}
 			if math.IsNaN(r) || r < lo || r > hi {
 				t.Fatalf("rate %v outside [%v, %v]", r, lo, hi)
+			}
+			if ch := c.Chunk(); ch != ProbeChunk && ch != ContentionChunk && ch != LargeChunk {
+				t.Fatalf("chunk %d is none of ProbeChunk, ContentionChunk, LargeChunk", ch)
 			}
 		}
 	})
