@@ -132,6 +132,9 @@ const (
 	// milliseconds apart, and the end of a queue be seen that late.
 	ProbeChunk = 32 << 10
 	ProbeRate  = 64 * ContentionChunk
+	// ChunkTime is the most transfer one write carries at the rate in
+	// force.
+	ChunkTime = time.Second / 16
 	// AverageTau is the time constant of Average, the rate reported in
 	// logs and metrics: the rate in force changes every few milliseconds.
 	AverageTau = 5 * time.Second
@@ -293,17 +296,23 @@ func (c *Controller) increase(dt time.Duration, delay, own float64) {
 // service when another writer's request arrives delays it little; below
 // ProbeRate, ProbeChunk, so that the writes that tell when the queue is
 // gone come every few milliseconds and add next to nothing to it.
+//
+// A write carries at most ChunkTime of transfer at the rate in force (and
+// at least ProbeChunk), so that a ceiling far below the destination's
+// capacity is kept smoothly.
 func (c *Controller) Chunk() int {
+	n := ContentionChunk
 	switch {
 	case c.last.Sub(c.congested) >= Calm:
-		return LargeChunk
+		n = LargeChunk
 	case c.rate < ProbeRate:
 		return ProbeChunk
 	}
-	return ContentionChunk
+	return max(ProbeChunk, min(n, int(c.rate*ChunkTime.Seconds())))
 }
 
-// pending sums small samples of one kind until they reach MinSampleBytes.
+// pending sums small samples of one kind until they reach MinSampleBytes
+// or MinSampleTime.
 type pending struct {
 	bytes int64
 	took  time.Duration

@@ -343,7 +343,7 @@ func TestSignificant(t *testing.T) {
 }
 
 // FuzzObserve: whatever the samples, the rate stays a finite number within
-// the floor and the ceiling, and the chunk is one of the three sizes.
+// the floor and the ceiling, and the chunk within ProbeChunk and LargeChunk.
 func FuzzObserve(f *testing.F) {
 	f.Add(int64(chunk), int64(time.Millisecond), int64(time.Millisecond), uint8(0), 0.0)
 	f.Add(int64(1), int64(0), int64(0), uint8(1), 1e6)
@@ -361,8 +361,8 @@ func FuzzObserve(f *testing.F) {
 			if math.IsNaN(r) || r < lo || r > hi {
 				t.Fatalf("rate %v outside [%v, %v]", r, lo, hi)
 			}
-			if ch := c.Chunk(); ch != ProbeChunk && ch != ContentionChunk && ch != LargeChunk {
-				t.Fatalf("chunk %d is none of ProbeChunk, ContentionChunk, LargeChunk", ch)
+			if ch := c.Chunk(); ch < ProbeChunk || ch > LargeChunk {
+				t.Fatalf("chunk %d outside [ProbeChunk, LargeChunk]", ch)
 			}
 		}
 	})
@@ -414,7 +414,8 @@ func TestRecovery(t *testing.T) {
 
 // TestChunk: writes carry LargeChunk once no queue was seen for Calm,
 // ContentionChunk within Calm of one (and in the first Calm, before any
-// is known), and ProbeChunk when the rate is also below ProbeRate.
+// is known), and ProbeChunk when the rate is also below ProbeRate; never
+// more than ChunkTime of transfer at the rate in force.
 func TestChunk(t *testing.T) {
 	const base = time.Millisecond
 	tests := []struct {
@@ -424,6 +425,15 @@ func TestChunk(t *testing.T) {
 		wantLo bool // the rate is below ProbeRate
 	}{
 		{"start", func(c *Controller) time.Time { return t0 }, ContentionChunk, false},
+		{"calm under a low ceiling: ChunkTime of transfer", func(c *Controller) time.Time {
+			c.SetCeilingAt(t0, 2<<20)
+			now := t0
+			for now.Sub(t0) <= Calm {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base})
+			}
+			return now
+		}, int(2 << 20 * ChunkTime.Seconds()), true},
 		{"calm for Calm", func(c *Controller) time.Time {
 			now := t0
 			for now.Sub(t0) <= Calm {
