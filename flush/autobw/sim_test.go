@@ -86,7 +86,6 @@ type simFlush struct {
 	noise  *rand.Rand
 	end    time.Time
 	writes []simWrite
-	trace  func(now time.Time, n int, took time.Duration, r0 float64)
 }
 
 // simWrite is one of the daemon's writes as the bucket served it.
@@ -136,11 +135,7 @@ func (f *simFlush) start(t time.Time) *simActor {
 		ended := served.Add(simAfter + simDur(float64(f.chunk)*simPerByte) + f.jitter())
 		f.copied += int64(f.chunk)
 		if f.c != nil {
-			r0 := f.c.Rate()
 			_, lowered := f.c.ObserveAt(ended, Sample{Kind: Write, Bytes: int64(f.chunk), Took: ended.Sub(f.issued)})
-			if f.trace != nil {
-				f.trace(ended, f.chunk, ended.Sub(f.issued), r0)
-			}
 			if lowered {
 				f.tokens = min(f.tokens, 0) // the throttle drains its bucket
 			}
