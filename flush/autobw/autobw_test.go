@@ -533,3 +533,48 @@ func TestSlowWriteIsASample(t *testing.T) {
 		}
 	}
 }
+
+// TestIncreaseOffTarget: with no queue to recover from, the additive
+// step is in proportion to how far the delay is below Target (LEDBAT's
+// off_target): full at no delay, none at Target.
+func TestIncreaseOffTarget(t *testing.T) {
+	const base = 5 * time.Millisecond // one write, one sample
+	tests := []struct {
+		delay float64 // of the last sample, as a fraction of the base
+		want  float64 // its step, as a fraction of the step at no delay
+	}{
+		{0, 1},
+		{Target / 4, 0.75},
+		{Target / 2, 0.5},
+		{Target * 3 / 4, 0.25},
+		{Target, 0},
+	}
+	step := func(delay float64) float64 {
+		c := New(t0, 0)
+		now := t0
+		for range 3 { // the base, well below the capacity's Headroom
+			now = now.Add(MaxStep)
+			c.ObserveAt(now, Sample{Write, chunk, base})
+		}
+		r := c.Rate()
+		now = now.Add(MaxStep)
+		took := base + time.Duration(float64(base)*delay)
+		// Filter: as many samples at that delay, the last one counted.
+		for range Filter - 1 {
+			c.ObserveAt(now, Sample{Write, chunk, took})
+			r = c.Rate()
+		}
+		now = now.Add(MaxStep)
+		c.ObserveAt(now, Sample{Write, chunk, took})
+		return c.Rate() - r
+	}
+	full := step(0)
+	if full <= 0 {
+		t.Fatalf("no increase at no delay")
+	}
+	for _, tt := range tests {
+		if got := step(tt.delay) / full; math.Abs(got-tt.want) > 0.01 {
+			t.Errorf("delay %.2f × the base: step %.2f of the full one, want %.2f", tt.delay, got, tt.want)
+		}
+	}
+}
