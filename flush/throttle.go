@@ -40,11 +40,6 @@ const (
 	// fires late is credited to the next pause, while a long idle spell buys
 	// no burst of work.
 	maxCredit = minPause
-	// autoChunk is the largest chunk under BW auto, and its bucket size:
-	// each write is a sample of the destination's latency, and a small one
-	// both tells of a queue sooner and adds less to it, while each write
-	// has a cost of its own that 256 KiB keeps small beside its transfer.
-	autoChunk = 256 << 10
 	// autoNotify is the rise of the BW auto rate at which copies waiting
 	// under the old rate re-plan.
 	autoNotify = 1.25
@@ -309,19 +304,17 @@ func burstFor(bw float64) int {
 // go out at once into a queue that has formed since.
 func (t *Throttle) burstLocked(lim float64) int {
 	if t.auto != nil {
-		return chunkFor(lim, true)
+		return t.auto.Chunk()
 	}
 	return burstFor(lim)
 }
 
 // chunkFor is the chunk moved at once at a limit of lim bytes per second
 // (before the buffer's size bounds it): 1/chunksPerSecond of a second, at
-// least minChunk, and at most autoChunk under BW auto.
-func chunkFor(lim float64, auto bool) int {
+// least minChunk. Under BW auto the controller sizes the chunk instead
+// (autobw.Controller.Chunk).
+func chunkFor(lim float64) int {
 	c := math.Max(minChunk, lim/chunksPerSecond)
-	if auto {
-		c = math.Min(c, autoChunk)
-	}
 	return int(math.Min(c, maxBurst))
 }
 
@@ -436,12 +429,18 @@ func (t *Throttle) chunkSize(bufSize int) int {
 		return bufSize
 	}
 	t.mu.Lock()
-	lim, auto := t.limit, t.auto != nil
+	lim, auto := t.limit, 0
+	if t.auto != nil {
+		auto = t.auto.Chunk()
+	}
 	t.mu.Unlock()
-	if lim == 0 {
+	switch {
+	case auto > 0:
+		return min(auto, bufSize)
+	case lim == 0:
 		return bufSize
 	}
-	return min(chunkFor(lim, auto), bufSize)
+	return min(chunkFor(lim), bufSize)
 }
 
 // Work is one stream of work under a Throttle: a copy, or a verification.

@@ -16,7 +16,7 @@ import (
 func feedAuto(th *Throttle, now time.Time, n int, gap, took time.Duration) time.Time {
 	for range n {
 		now = now.Add(gap)
-		th.observeAt(now, autobw.Sample{Kind: autobw.Write, Bytes: autoChunk, Took: took})
+		th.observeAt(now, autobw.Sample{Kind: autobw.Write, Bytes: autobw.ContentionChunk, Took: took})
 	}
 	return now
 }
@@ -54,10 +54,10 @@ func TestAutoRateInForce(t *testing.T) {
 				return feedAuto(th, now, 3, slow+ms, slow)
 			},
 			func(t *testing.T, th *Throttle, now time.Time) {
-				if capa := float64(autoChunk) / 5e-3; th.limit > capa/2 {
+				if capa := float64(autobw.ContentionChunk) / 5e-3; th.limit > capa/2 {
 					t.Errorf("rate in force %.0f after three samples delayed past the target, want at most half the capacity, %.0f", th.limit, capa/2)
 				}
-				k, d, _, _ := th.reserveAt(now, autoChunk)
+				k, d, _, _ := th.reserveAt(now, autobw.ContentionChunk)
 				if want := time.Duration(float64(k) / th.limit * float64(time.Second)); d < want*9/10 {
 					t.Errorf("a chunk waits %v, want about %v: bytes banked before the queue went out at once", d, want)
 				}
@@ -86,8 +86,9 @@ func TestAutoRateInForce(t *testing.T) {
 	}
 }
 
-// TestAutoChunks: under BW auto a copy moves at most autoChunk at once and
-// the bucket holds one chunk, however high the rate; PERCENT is untouched.
+// TestAutoChunks: under BW auto a copy moves the controller's chunk at once
+// (autobw.ContentionChunk in its first second) and the bucket holds one
+// chunk, however high the rate; PERCENT is untouched.
 func TestAutoChunks(t *testing.T) {
 	th := newThrottleAt(t0)
 	th.setAutoAt(t0, true)
@@ -96,11 +97,11 @@ func TestAutoChunks(t *testing.T) {
 	if th.limit < 1e9 {
 		t.Fatalf("rate in force %.0f on a fast idle destination, want it high", th.limit)
 	}
-	if c := th.chunkSize(8 << 20); c != autoChunk {
-		t.Errorf("chunk %d, want autoChunk %d", c, autoChunk)
+	if c := th.chunkSize(8 << 20); c != autobw.ContentionChunk {
+		t.Errorf("chunk %d, want autobw.ContentionChunk %d", c, autobw.ContentionChunk)
 	}
-	if b := th.lim.Burst(); b != autoChunk {
-		t.Errorf("bucket of %d bytes, want one chunk, %d", b, autoChunk)
+	if b := th.lim.Burst(); b != autobw.ContentionChunk {
+		t.Errorf("bucket of %d bytes, want one chunk, %d", b, autobw.ContentionChunk)
 	}
 	if th.pct != 0.5 {
 		t.Errorf("PERCENT %g under BW auto, want 0.5", th.pct)

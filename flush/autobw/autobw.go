@@ -8,9 +8,20 @@
 // class, the lowest latency per byte seen recently (the base: the
 // destination serving this daemon alone) and compares each new sample with
 // it. While the added delay stays under the target the rate grows
-// additively; when it rises above, someone else is queueing at the
-// destination and the rate is halved. The rate stays between a floor that
-// keeps a flush moving and the ceiling (SCR's BW when set).
+// additively, in proportion to how far under it is; when it rises above,
+// someone else is queueing at the destination and the rate is divided by
+// the latency's ratio to the base (at least halved). Others' load on a
+// shared file system comes and goes in bursts (an application's write and
+// fsync every few hundred milliseconds): once a sample shows the queue gone,
+// the rate returns at once to where it was before the queue, so that the
+// flush fills the gaps between the bursts instead of ramping up through
+// them. The controller also sizes each write (Chunk): large while the
+// destination is calm, small within a second of a queue, so that a write
+// of ours in service when another writer's request arrives delays it
+// little, and smaller still at a low rate, so that the writes probing for
+// the end of a queue come often and add next to nothing to it. The rate
+// stays between a floor that keeps a flush moving and the ceiling (SCR's
+// BW when set).
 //
 // The Controller is a pure function of the samples and of the times it is
 // given (like golang.org/x/time/rate's …At methods): it reads no clock and
@@ -59,6 +70,9 @@ const (
 	// time, others' requests wait at most about twice as long again behind
 	// ours, while the scheduling noise of a loaded node (latencies of twice
 	// the best are common with more runnable threads than CPUs) stays below.
+	// For a write larger than ContentionChunk the fraction is of the base
+	// of a ContentionChunk write: a queue adds the same time to any write,
+	// and a large write's long service time must not hide it.
 	Target = 2.0
 	// Decrease is the largest factor applied to the rate when the delay
 	// is above Target, at most once per sample that began after the last
@@ -80,15 +94,12 @@ const (
 	// above that the limit binds nothing, and a rate far above it would
 	// take many halvings to come down when load appears.
 	Headroom = 2.0
-	// MinSampleBytes and MinSampleTime are the least a sample carries:
-	// operations are summed until they reach both, so that a per-operation
-	// cost (the files of a batch of small files) does not read as delay,
-	// and the latency of a few milliseconds' worth of operations, not of
-	// one that waited for a CPU, is compared with the base. Behind a queue
-	// one operation already lasts that long, so a queue is seen at once;
-	// at a low rate a sample ends after MaxStep whatever its time, so that
-	// the rate recovers as fast as samples come.
-	MinSampleBytes = 64 << 10
+	// MinSampleBytes and MinSampleTime make a sample: operations are
+	// summed until they reach either, so that the latency of many tiny
+	// operations (the files of a batch of small files) is measured over a
+	// few of them, while one operation that took MinSampleTime, such as a
+	// probe waiting behind a queue, is a sample at once.
+	MinSampleBytes = 32 << 10
 	MinSampleTime  = 5 * time.Millisecond
 	// BaseBucket and BaseBuckets make the base history, as LEDBAT's: the
 	// minimum of each BaseBucket, over the last BaseBuckets of them, so the
@@ -100,6 +111,30 @@ const (
 	// the minimum of: one sample delayed by a scheduling hiccup is not
 	// taken for a queue.
 	Filter = 2
+	// Clear is the delay, as a fraction of the base, under which a sample
+	// shows the queue gone: the rate then returns to the one before the
+	// decreases the queue caused.
+	Clear = Target / 2
+	// Calm is how long after the last sample delayed above Target (and
+	// after the start, before anything is known) writes stay small.
+	Calm = time.Second
+	// LargeChunk is the write size while the destination is calm, as an
+	// unthrottled copy writes (the copy's default buffer): each write has
+	// a cost of its own, which a large one keeps small beside its transfer.
+	LargeChunk = 1 << 20
+	// ContentionChunk is the write size within Calm of a queue: a write of
+	// ours in service when another writer's request arrives delays it by
+	// at most this much transfer, and one more write queued before we see
+	// the queue by as much again.
+	ContentionChunk = 256 << 10
+	// ProbeChunk is the write size within Calm of a queue at a rate below
+	// ProbeRate: at such a rate ContentionChunk writes would come tens of
+	// milliseconds apart, and the end of a queue be seen that late.
+	ProbeChunk = 32 << 10
+	ProbeRate  = 64 * ContentionChunk
+	// ChunkTime is the most transfer one write carries at the rate in
+	// force.
+	ChunkTime = time.Second / 16
 	// AverageTau is the time constant of Average, the rate reported in
 	// logs and metrics: the rate in force changes every few milliseconds.
 	AverageTau = 5 * time.Second
@@ -123,8 +158,10 @@ type Controller struct {
 	recent  [kinds][classes][Filter]float64 // last per-byte latencies, 0 = none
 	pending [kinds]pending                  // small samples summed so far
 
-	last     time.Time // the last sample
-	decrease time.Time // the last decrease
+	last      time.Time // the last sample
+	decrease  time.Time // the last decrease
+	congested time.Time // the last sample delayed above Target
+	peak      float64   // the rate before the decreases since the last clear sample, 0 = none
 
 	avg   float64 // Average's state
 	avgAt time.Time
@@ -134,7 +171,7 @@ type Controller struct {
 // with no history, at time now. ceiling is the BW limit in bytes per second,
 // 0 for none.
 func New(now time.Time, ceiling float64) *Controller {
-	c := &Controller{rate: Start, avgAt: now}
+	c := &Controller{rate: Start, avgAt: now, congested: now, last: now}
 	c.SetCeilingAt(now, ceiling)
 	c.avg = c.rate
 	return c
@@ -177,8 +214,27 @@ func (c *Controller) clamp(r float64) float64 {
 // ObserveAt takes one sample measured at now (when the operation ended)
 // and returns the rate in force after it, and whether it was lowered.
 func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased bool) {
-	if s.Kind < 0 || s.Kind >= kinds || s.Bytes <= 0 || s.Took < 0 {
+	s, ops, began, ok := c.gather(now, s)
+	if !ok {
 		return c.rate, false
+	}
+	c.advance(now)
+	delay, own := c.record(now, s.Kind, s.Bytes/ops, float64(max(s.Took, 1))/float64(s.Bytes))
+	dt := min(now.Sub(c.last), MaxStep)
+	c.last = now
+	if delay > Target {
+		return c.rate, c.decreaseAt(now, began, delay)
+	}
+	c.increase(dt, delay, own)
+	return c.rate, false
+}
+
+// gather sums operations of one kind into a sample: it returns the sample
+// once it is complete, with how many operations it sums and when the first
+// began.
+func (c *Controller) gather(now time.Time, s Sample) (Sample, int64, time.Time, bool) {
+	if s.Kind < 0 || s.Kind >= kinds || s.Bytes <= 0 || s.Took < 0 {
+		return s, 0, time.Time{}, false
 	}
 	p := &c.pending[s.Kind]
 	if p.ops == 0 {
@@ -187,35 +243,76 @@ func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased
 	p.bytes += s.Bytes
 	p.took += s.Took
 	p.ops++
-	if p.bytes < MinSampleBytes || (p.took < MinSampleTime && now.Sub(p.since) < MaxStep) {
-		return c.rate, false
+	if p.bytes < MinSampleBytes && p.took < MinSampleTime {
+		return s, 0, time.Time{}, false
 	}
-	s, ops, began := Sample{Kind: s.Kind, Bytes: p.bytes, Took: p.took}, p.ops, p.since
+	sum, ops, began := Sample{Kind: s.Kind, Bytes: p.bytes, Took: p.took}, p.ops, p.since
 	*p = pending{}
-	c.advance(now)
-	delay := c.record(now, s.Kind, class(s.Bytes/ops), float64(max(s.Took, 1))/float64(s.Bytes))
-	dt := min(now.Sub(c.last), MaxStep)
-	c.last = now
-	switch {
-	case delay > Target:
-		if began.Before(c.decrease) {
-			return c.rate, false // began under the old rate
-		}
-		c.decrease = now
-		old := c.rate
-		c.rate = c.clamp(c.rate * min(Decrease, 1/(1+delay)))
-		return c.rate, c.rate < old
-	case dt > 0:
-		step := c.capacity() * dt.Seconds() / RampTime.Seconds()
-		if c.capacity() == 0 {
-			step = c.rate * dt.Seconds() / RampTime.Seconds()
-		}
-		c.rate = c.clamp(c.rate + step)
-	}
-	return c.rate, false
+	return sum, ops, began, true
 }
 
-// pending sums small samples of one kind until they reach MinSampleBytes.
+// decreaseAt lowers the rate after a sample, begun at began, whose delay
+// was above Target, unless it began before the last decrease; it tells
+// whether the rate was lowered.
+func (c *Controller) decreaseAt(now, began time.Time, delay float64) bool {
+	c.congested = now
+	if began.Before(c.decrease) {
+		return false // began under the old rate
+	}
+	if c.peak == 0 {
+		c.peak = c.rate
+	}
+	c.decrease = now
+	old := c.rate
+	c.rate = c.clamp(c.rate * min(Decrease, 1/(1+delay)))
+	return c.rate < old
+}
+
+// increase raises the rate after a sample whose delay was within Target,
+// dt after the previous one: back to the rate before the last queue once
+// the delay is within Clear, else additively, in proportion to how far the
+// delay is below Target (LEDBAT's off_target).
+func (c *Controller) increase(dt time.Duration, delay, own float64) {
+	if own <= Clear && c.peak > 0 {
+		c.rate = c.clamp(max(c.rate, c.peak))
+		c.peak = 0
+		return
+	}
+	if dt <= 0 {
+		return
+	}
+	base := c.capacity()
+	if base == 0 {
+		base = c.rate
+	}
+	off := min(1, max(0, (Target-delay)/Target))
+	c.rate = c.clamp(c.rate + off*base*dt.Seconds()/RampTime.Seconds())
+}
+
+// Chunk is how many bytes one write should carry under BW auto: each
+// write is a probe of the destination's queue as well as a load on it.
+// While no queue was seen for Calm, LargeChunk, as an unthrottled copy
+// writes; within Calm of a queue, ContentionChunk, so that a write in
+// service when another writer's request arrives delays it little; below
+// ProbeRate, ProbeChunk, so that the writes that tell when the queue is
+// gone come every few milliseconds and add next to nothing to it.
+//
+// A write carries at most ChunkTime of transfer at the rate in force (and
+// at least ProbeChunk), so that a ceiling far below the destination's
+// capacity is kept smoothly.
+func (c *Controller) Chunk() int {
+	n := ContentionChunk
+	switch {
+	case c.last.Sub(c.congested) >= Calm:
+		n = LargeChunk
+	case c.rate < ProbeRate:
+		return ProbeChunk
+	}
+	return max(ProbeChunk, min(n, int(c.rate*ChunkTime.Seconds())))
+}
+
+// pending sums small samples of one kind until they reach MinSampleBytes
+// or MinSampleTime.
 type pending struct {
 	bytes int64
 	took  time.Duration
@@ -223,9 +320,14 @@ type pending struct {
 	since time.Time // when the first operation began
 }
 
-// record adds a per-byte latency v to class cl of kind k and returns the
-// added delay, as a fraction of the base.
-func (c *Controller) record(now time.Time, k Kind, cl int, v float64) float64 {
+// record adds a per-byte latency v of operations of op bytes of kind k to
+// their class and returns the added delay, as a fraction of the base (of a
+// ContentionChunk write for larger writes, see Target): filtered, the
+// least of the class's last Filter samples, which a decrease needs; and
+// this sample's own, which a recovery needs, since a sample from before a
+// queue must not tell that it is gone.
+func (c *Controller) record(now time.Time, k Kind, op int64, v float64) (delay, own float64) {
+	cl := class(op)
 	h := &c.base[k][cl]
 	h.add(now, v)
 	rec := &c.recent[k][cl]
@@ -237,11 +339,24 @@ func (c *Controller) record(now time.Time, k Kind, cl int, v float64) float64 {
 			cur = min(cur, x)
 		}
 	}
-	b := h.base()
-	if b <= 0 {
-		return 0
+	b, ref := h.base(), 0.0
+	if k == Write {
+		ref = c.base[Write][class(ContentionChunk)].base() * ContentionChunk
 	}
-	return cur/b - 1
+	if ref > 0 && op < ContentionChunk && (b <= 0 || b*float64(op) > ref) {
+		// A smaller write takes no longer than a ContentionChunk one: a
+		// class whose first samples waited behind a queue, or that has
+		// none yet, is judged by that.
+		b = ref / float64(op)
+	}
+	if b <= 0 {
+		return 0, 0
+	}
+	scale := b * float64(op)
+	if ref > 0 {
+		scale = min(scale, ref)
+	}
+	return (cur - b) * float64(op) / scale, (v - b) * float64(op) / scale
 }
 
 // class is the size class of operations of n bytes each: a summed sample

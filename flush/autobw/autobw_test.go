@@ -343,7 +343,7 @@ func TestSignificant(t *testing.T) {
 }
 
 // FuzzObserve: whatever the samples, the rate stays a finite number within
-// the floor and the ceiling.
+// the floor and the ceiling, and the chunk within ProbeChunk and LargeChunk.
 func FuzzObserve(f *testing.F) {
 	f.Add(int64(chunk), int64(time.Millisecond), int64(time.Millisecond), uint8(0), 0.0)
 	f.Add(int64(1), int64(0), int64(0), uint8(1), 1e6)
@@ -361,6 +361,220 @@ func FuzzObserve(f *testing.F) {
 			if math.IsNaN(r) || r < lo || r > hi {
 				t.Fatalf("rate %v outside [%v, %v]", r, lo, hi)
 			}
+			if ch := c.Chunk(); ch < ProbeChunk || ch > LargeChunk {
+				t.Fatalf("chunk %d outside [ProbeChunk, LargeChunk]", ch)
+			}
 		}
 	})
+}
+
+// TestRecovery: once a sample shows the queue gone (delay within Clear),
+// the rate returns at once to where it was before the decreases the queue
+// caused; a sample still delayed, though within Target, only adds.
+func TestRecovery(t *testing.T) {
+	const base = 5 * time.Millisecond // one write, one sample
+	queued := base + time.Duration(float64(base)*(Target+3))
+	tests := []struct {
+		name    string
+		took    time.Duration // the sample after the queue
+		restore bool
+	}{
+		{"clear: back to the rate before the queue", base, true},
+		{"within Clear", base + time.Duration(float64(base)*Clear*0.9), true},
+		{"delayed within Target: additive", base + time.Duration(float64(base)*(Clear+Target)/2), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(t0, 0)
+			now := t0
+			for range 100 {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base})
+			}
+			before := c.Rate()
+			for range 2 * Filter {
+				now = now.Add(queued)
+				c.ObserveAt(now, Sample{Write, chunk, queued})
+			}
+			if c.Rate() > before/4 {
+				t.Fatalf("rate %.0f after the queue, want well below %.0f", c.Rate(), before)
+			}
+			low := c.Rate()
+			now = now.Add(tt.took)
+			r, _ := c.ObserveAt(now, Sample{Write, chunk, tt.took})
+			if tt.restore && r != before {
+				t.Errorf("rate %.0f after the sample, want %.0f, the rate before the queue", r, before)
+			}
+			if !tt.restore && (r >= before/2 || r <= low) {
+				t.Errorf("rate %.0f after the sample, want an additive step up from %.0f", r, low)
+			}
+		})
+	}
+}
+
+// TestChunk: writes carry LargeChunk once no queue was seen for Calm,
+// ContentionChunk within Calm of one (and in the first Calm, before any
+// is known), and ProbeChunk when the rate is also below ProbeRate; never
+// more than ChunkTime of transfer at the rate in force.
+func TestChunk(t *testing.T) {
+	const base = time.Millisecond
+	tests := []struct {
+		name   string
+		feed   func(c *Controller) time.Time // returns the last sample's time
+		want   int
+		wantLo bool // the rate is below ProbeRate
+	}{
+		{"start", func(c *Controller) time.Time { return t0 }, ContentionChunk, false},
+		{"calm under a low ceiling: ChunkTime of transfer", func(c *Controller) time.Time {
+			c.SetCeilingAt(t0, 2<<20)
+			now := t0
+			for now.Sub(t0) <= Calm {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base})
+			}
+			return now
+		}, int(2 << 20 * ChunkTime.Seconds()), true},
+		{"calm for Calm", func(c *Controller) time.Time {
+			now := t0
+			for now.Sub(t0) <= Calm {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base})
+			}
+			return now
+		}, LargeChunk, false},
+		{"a queue, rate above ProbeRate", func(c *Controller) time.Time {
+			now := t0
+			for now.Sub(t0) <= Calm {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base})
+			}
+			for range Filter {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base * 4})
+			}
+			return now
+		}, ContentionChunk, false},
+		{"a long queue, rate below ProbeRate", func(c *Controller) time.Time {
+			now := t0
+			for now.Sub(t0) <= Calm {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base})
+			}
+			for range 20 {
+				now = now.Add(30 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, 20 * base})
+			}
+			return now
+		}, ProbeChunk, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := New(t0, 0)
+			tt.feed(c)
+			if got := c.Chunk(); got != tt.want {
+				t.Errorf("chunk %d at a rate of %.0f, want %d", got, c.Rate(), tt.want)
+			}
+			if lo := c.Rate() < ProbeRate; lo != tt.wantLo {
+				t.Errorf("rate %.0f: below ProbeRate %v, want %v", c.Rate(), lo, tt.wantLo)
+			}
+		})
+	}
+}
+
+// TestLargeWritesSeeAQueue: the delay of a write larger than
+// ContentionChunk is measured against the base latency of a
+// ContentionChunk write, not its own: a queue of another writer's requests
+// adds the same time to every write, and a large write must not hide it
+// behind its own long service time.
+func TestLargeWritesSeeAQueue(t *testing.T) {
+	const large = 1 << 20
+	c := New(t0, 0)
+	now := t0
+	perByte := time.Millisecond / (ContentionChunk >> 10) // 1 ms per ContentionChunk
+	for range 50 {
+		now = now.Add(10 * time.Millisecond)
+		c.ObserveAt(now, Sample{Write, ContentionChunk, perByte * (ContentionChunk >> 10)})
+		now = now.Add(10 * time.Millisecond)
+		c.ObserveAt(now, Sample{Write, large, perByte * (large >> 10)})
+	}
+	// A queue of Target+1 ContentionChunk writes' time: well within
+	// Target × a large write's own base.
+	queue := time.Duration(Target+1) * time.Millisecond
+	lowered := false
+	for range Filter {
+		now = now.Add(20 * time.Millisecond)
+		_, l := c.ObserveAt(now, Sample{Write, large, perByte*(large>>10) + queue})
+		lowered = lowered || l
+	}
+	if !lowered {
+		t.Errorf("large writes each delayed by %v (%.1f × a ContentionChunk write's base) did not lower the rate", queue, float64(queue)/float64(time.Millisecond))
+	}
+}
+
+// TestSlowWriteIsASample: one write that took MinSampleTime or more is a
+// sample on its own, however small: a queue is seen after Filter such
+// writes, not after enough of them to make MinSampleBytes.
+func TestSlowWriteIsASample(t *testing.T) {
+	const small = MinSampleBytes / 4
+	c := New(t0, 0)
+	now := t0
+	for range 400 { // at their base: summed into samples of MinSampleBytes
+		now = now.Add(time.Millisecond)
+		c.ObserveAt(now, Sample{Write, small, 100 * time.Microsecond})
+	}
+	slow := MinSampleTime + time.Millisecond
+	for i := range Filter {
+		now = now.Add(slow)
+		if _, lowered := c.ObserveAt(now, Sample{Write, small, slow}); lowered {
+			return
+		}
+		if i == Filter-1 {
+			t.Errorf("%d writes of %d bytes, each delayed %v (%.0f × their base), did not lower the rate", Filter, small, slow, float64(slow)/float64(100*time.Microsecond))
+		}
+	}
+}
+
+// TestIncreaseOffTarget: with no queue to recover from, the additive
+// step is in proportion to how far the delay is below Target (LEDBAT's
+// off_target): full at no delay, none at Target.
+func TestIncreaseOffTarget(t *testing.T) {
+	const base = 5 * time.Millisecond // one write, one sample
+	tests := []struct {
+		delay float64 // of the last sample, as a fraction of the base
+		want  float64 // its step, as a fraction of the step at no delay
+	}{
+		{0, 1},
+		{Target / 4, 0.75},
+		{Target / 2, 0.5},
+		{Target * 3 / 4, 0.25},
+		{Target, 0},
+	}
+	step := func(delay float64) float64 {
+		c := New(t0, 0)
+		now := t0
+		for range 3 { // the base, well below the capacity's Headroom
+			now = now.Add(MaxStep)
+			c.ObserveAt(now, Sample{Write, chunk, base})
+		}
+		r := c.Rate()
+		now = now.Add(MaxStep)
+		took := base + time.Duration(float64(base)*delay)
+		// Filter: as many samples at that delay, the last one counted.
+		for range Filter - 1 {
+			c.ObserveAt(now, Sample{Write, chunk, took})
+			r = c.Rate()
+		}
+		now = now.Add(MaxStep)
+		c.ObserveAt(now, Sample{Write, chunk, took})
+		return c.Rate() - r
+	}
+	full := step(0)
+	if full <= 0 {
+		t.Fatalf("no increase at no delay")
+	}
+	for _, tt := range tests {
+		if got := step(tt.delay) / full; math.Abs(got-tt.want) > 0.01 {
+			t.Errorf("delay %.2f × the base: step %.2f of the full one, want %.2f", tt.delay, got, tt.want)
+		}
+	}
 }

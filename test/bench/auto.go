@@ -33,6 +33,9 @@ const (
 	// application overwrites them in turn, as a code rewriting its restart
 	// file does, so the destination does not fill.
 	appSlots = 8
+	// appAloneOps is the least number of operations of the application
+	// alone, the reference of its latency.
+	appAloneOps = 100
 )
 
 func init() {
@@ -248,7 +251,9 @@ func (b *bench) bwAuto() error {
 		return err
 	}
 	defer os.Remove(src)
-	alone, err := b.appAlone(appDir, max(10*time.Second, time.Duration(float64(size)/capa*float64(time.Second))))
+	// At least appAloneOps operations, so that the p99 alone is not just
+	// the slowest one: BW auto beside the application takes 20 s and more.
+	alone, err := b.appAlone(appDir, max(appAloneOps*appPeriod, time.Duration(float64(size)/capa*float64(time.Second))))
 	if err != nil {
 		return err
 	}
