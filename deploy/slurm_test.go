@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // buildTools puts scr-transferd and scr-ctl, as TestMain built them, into
@@ -20,7 +22,7 @@ import (
 func buildTools(t *testing.T, dir string) {
 	t.Helper()
 	for _, name := range []string{"scr-transferd", "scr-ctl"} {
-		if err := os.Symlink(builtBinary(t, name), filepath.Join(dir, name)); err != nil {
+		if err := os.Symlink(bins.Path(t, name), filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,33 +100,15 @@ func TestFlushJobScript(t *testing.T) {
 				"RANDOM_SOURCE="+random, "WANT="+want, "DEST="+dest,
 				"APP_STATUS="+string(rune('0'+status)),
 			)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
 			// Its own process group: whatever the script leaves running
 			// (a daemon, should it fail) is killed with it.
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err = <-done:
-			case <-time.After(5 * time.Minute):
-				_ = cmd.Process.Kill()
-				<-done
-				t.Fatalf("the job script did not end within 5 minutes:\n%s", out.String())
-			}
+			p := testenv.Start(t, cmd)
+			t.Cleanup(func() { _ = syscall.Kill(-p.Pid(), syscall.SIGKILL) })
+			code := p.Wait(5 * time.Minute)
+			out := p.Logs()
 			steps, _ := os.ReadFile(filepath.Join(dir, "steps"))
-			t.Logf("job output:\n%s\nsteps:\n%s", out.String(), steps)
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			t.Logf("job output:\n%s\nsteps:\n%s", out, steps)
 			if code != status {
 				t.Fatalf("job exit status %d, want the application's %d", code, status)
 			}
@@ -146,7 +130,7 @@ func TestFlushJobScript(t *testing.T) {
 			if err != nil || !bytes.Contains(log, []byte(`"level":"info"`)) {
 				t.Errorf("no JSON log named after the node: %v\n%s", err, log)
 			}
-			if !regexp.MustCompile(`(?m)^node0: `).Match(out.Bytes()) {
+			if !regexp.MustCompile(`(?m)^node0: `).MatchString(out) {
 				t.Error("no output line names the node")
 			}
 			// The control directory is made on every node before any
