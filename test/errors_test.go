@@ -123,8 +123,8 @@ func TestFileErrors(t *testing.T) {
 			if _, err := os.Stat(dest); err == nil {
 				t.Fatal("a file in error appeared under its final name")
 			}
-			d.waitLog("copy failed", settle)
-			if !d.alive() {
+			d.WaitLog("copy failed", settle)
+			if !d.Alive() {
 				t.Fatal("daemon died")
 			}
 			fix()
@@ -167,7 +167,7 @@ func TestSourceShrinksDuringCopy(t *testing.T) {
 	if _, err := os.Stat(n.dest("a.ckpt")); err == nil {
 		t.Fatal("a truncated copy was published")
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 	must(t, os.WriteFile(src, data, 0o644))
@@ -199,7 +199,7 @@ func TestDestinationRemovedDuringCopy(t *testing.T) {
 	if f.Written != 0 {
 		t.Fatalf("WRITTEN %d still claimed after the partial copy was removed", f.Written)
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
