@@ -39,6 +39,7 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.record(true, fmt.Sprintf(format, args...))
 	runtime.Goexit()
 }
+func (f *fakeTB) Skip(args ...any) { f.record(false, "skip: "+fmt.Sprint(args...)); runtime.Goexit() }
 func (f *fakeTB) Failed() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -335,6 +336,25 @@ const longChildEnv = "TESTENV_LONG_CHILD"
 // TestLong runs Long in a child of the test binary with and without
 // -short, in and out of CI: skipped under -short, a failure under -short
 // with CI=true, run otherwise.
+func TestAbsent(t *testing.T) {
+	tests := []struct {
+		ci       bool
+		wantFail bool
+		want     string
+	}{
+		{false, false, "skip: no frobnicator (apt-get install frob)"},
+		{true, true, "missing under CI=true, which provides it: no frobnicator (apt-get install frob)"},
+	}
+	for _, tc := range tests {
+		f := &fakeTB{}
+		reached := false
+		inGoroutine(func() { absent(f, tc.ci, "no frobnicator (apt-get install frob)"); reached = true })
+		if reached || f.Failed() != tc.wantFail || f.report() != tc.want {
+			t.Errorf("CI %v: test went on %v, failed %v, said %q; want failed %v, %q", tc.ci, reached, f.Failed(), f.report(), tc.wantFail, tc.want)
+		}
+	}
+}
+
 func TestLong(t *testing.T) {
 	if os.Getenv(longChildEnv) != "" {
 		Long(t, "a long test")
