@@ -41,7 +41,7 @@ func exitStatus(t *testing.T, args ...string) (int, string) {
 // The statuses are the real daemon's, provoked here.
 func TestUnitsDoNotRestartPermanentErrors(t *testing.T) {
 	if os.Geteuid() != 0 {
-		absentRoot(t)
+		testenv.Absent(t, "needs root (a control directory of another user)")
 	}
 	dir := t.TempDir()
 	transfer := filepath.Join(dir, "cntl", "transfer.scrinfo")
@@ -106,16 +106,6 @@ func TestUnitsDoNotRestartPermanentErrors(t *testing.T) {
 		}
 	}
 	t.Logf("exit statuses: %v", statuses)
-}
-
-// absentRoot skips a test that needs root, or fails it under CI (which
-// runs as root).
-func absentRoot(t *testing.T) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test runs as root, and CI runs as root: not here")
-	}
-	t.Skip("needs root (a control directory of another user)")
 }
 
 // TestDropInOrder: systemd applies drop-ins in the order of their file

@@ -31,21 +31,6 @@ var (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, bins, plainBins)) }
 
-// underCI reports whether the tests run in CI, where every environment
-// they need is set up by .ci/run and a missing one is a failure.
-func underCI() bool { return os.Getenv("CI") == "true" }
-
-// absent skips the test, or fails it under CI, because what it runs on is
-// not there.
-func absent(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if underCI() {
-		t.Fatalf("under CI: %s", msg)
-	}
-	t.Skip(msg)
-}
-
 // run runs a command and returns its standard output, failing the test
 // with the command's output if it fails.
 func run(t *testing.T, env []string, name string, args ...string) string {

@@ -49,7 +49,7 @@ func slurmCluster(t *testing.T) *cluster {
 	}
 	conf := filepath.Join(dir, "slurm.conf")
 	if _, err := os.Stat(conf); err != nil {
-		absent(t, "no Slurm cluster (%v): start one with `sudo test/field/slurm-up.sh` (.ci/run does)", err)
+		testenv.Absent(t, "no Slurm cluster (%v): start one with `sudo test/field/slurm-up.sh` (.ci/run does)", err)
 	}
 	c := &cluster{dir: dir}
 	env := os.Environ()
@@ -64,7 +64,7 @@ func slurmCluster(t *testing.T) *cluster {
 	c.env = env
 	out, err := output(env, "sinfo", "-h", "-N", "-o", "%N %t")
 	if err != nil {
-		absent(t, "the Slurm cluster in %s does not answer: %v", dir, err)
+		testenv.Absent(t, "the Slurm cluster in %s does not answer: %v", dir, err)
 	}
 	// A node still completing the job of a test that just ended (state
 	// comp, while Slurm ends the job's processes, up to its KillWait)
@@ -591,10 +591,7 @@ func TestSlurmFlushJobToGluster(t *testing.T) {
 	c := slurmCluster(t)
 	root := os.Getenv("SCR_GLUSTER")
 	if root == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("SCR_GLUSTER is not set: CI brings GlusterFS up with test/gluster/up.sh before the Slurm cluster")
-		}
-		t.Skip("SCR_GLUSTER is not set: bring GlusterFS up with test/gluster/up.sh before test/field/slurm-up.sh")
+		testenv.Absent(t, "SCR_GLUSTER is not set: bring GlusterFS up with test/gluster/up.sh before test/field/slurm-up.sh")
 	}
 	dir, _, out := work(t)
 	pfs, err := os.MkdirTemp(filepath.Join(root, "field"), "slurm-")

@@ -49,11 +49,11 @@ func nspawnContainer(t *testing.T) *container {
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "leader.pid"))
 	if err != nil {
-		absent(t, "no systemd-nspawn container (%v): boot one with `sudo test/field/nspawn-up.sh` (.ci/run does)", err)
+		testenv.Absent(t, "no systemd-nspawn container (%v): boot one with `sudo test/field/nspawn-up.sh` (.ci/run does)", err)
 	}
 	c := &container{dir: dir, leader: strings.TrimSpace(string(b))}
 	if comm, err := os.ReadFile(filepath.Join("/proc", c.leader, "comm")); err != nil || strings.TrimSpace(string(comm)) != "systemd" {
-		absent(t, "the container's PID 1 (host PID %s, from %s) is not running systemd (%v); console:\n%s",
+		testenv.Absent(t, "the container's PID 1 (host PID %s, from %s) is not running systemd (%v); console:\n%s",
 			c.leader, dir, err, tail(filepath.Join(dir, "console.log"), 30))
 	}
 	if state, err := c.try("systemctl", "is-system-running"); err != nil && strings.TrimSpace(state) != "degraded" {

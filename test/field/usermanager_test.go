@@ -65,7 +65,7 @@ func containerSlurm(t *testing.T, c *container) int {
 	containerSlurmOnce.Lock()
 	defer containerSlurmOnce.Unlock()
 	if _, err := c.try("sh", "-c", "command -v slurmctld && command -v slurmd && command -v munged"); err != nil {
-		absent(t, "Slurm is not installed in the container (nspawn-up.sh installs slurm-wlm and munge): %v", err)
+		testenv.Absent(t, "Slurm is not installed in the container (nspawn-up.sh installs slurm-wlm and munge): %v", err)
 	}
 	installUnits(t, c)
 	c.install(t, "../../deploy/systemd/user/scr-transferd@.service", "/etc/systemd/user/scr-transferd@.service", 0o644)
