@@ -279,6 +279,21 @@ func TestBinariesBuiltOnceAndRemoved(t *testing.T) {
 	}
 }
 
+// TestProcessOutputKeptApart: a standard output the test set is its own;
+// standard error still goes to the log.
+func TestProcessOutputKeptApart(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "echo result; echo >&2 a message")
+	out := &SyncBuffer{}
+	cmd.Stdout = out
+	p := Start(t, cmd)
+	if code := p.Wait(time.Minute); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if out.String() != "result\n" || p.Logs() != "a message\n" {
+		t.Fatalf("standard output %q, log %q; want %q and %q", out.String(), p.Logs(), "result\n", "a message\n")
+	}
+}
+
 func TestProcessExitCodeAndLog(t *testing.T) {
 	p := Start(t, exec.Command("sh", "-c", "echo starting; echo >&2 copy done a.ckpt; exit 3"))
 	if line := p.WaitLogAfter(0, time.Minute, "done", "a.ckpt"); line != "copy done a.ckpt\n" {
