@@ -16,34 +16,20 @@ import (
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// bgCtl is a scr-ctl process running in the background.
+// bgCtl is a scr-ctl process running in the background, its standard
+// output and error kept apart.
 type bgCtl struct {
-	cmd         *exec.Cmd
-	out, errb   *testenv.SyncBuffer
-	done        chan struct{}
-	code        int
-	exitedAfter time.Duration
+	*testenv.Process
+	out, errb *testenv.SyncBuffer
 }
 
 // startCtl starts scr-ctl with args; it is killed at the end of the test.
 func startCtl(t *testing.T, args ...string) *bgCtl {
 	t.Helper()
-	b := &bgCtl{cmd: exec.Command(ctlBin, args...), out: &testenv.SyncBuffer{}, errb: &testenv.SyncBuffer{}, done: make(chan struct{})}
-	b.cmd.Stdout, b.cmd.Stderr = b.out, b.errb
-	start := time.Now()
-	if err := b.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = b.cmd.Wait()
-		b.code = b.cmd.ProcessState.ExitCode()
-		b.exitedAfter = time.Since(start)
-		close(b.done)
-	}()
-	t.Cleanup(func() {
-		_ = b.cmd.Process.Kill()
-		<-b.done
-	})
+	b := &bgCtl{out: &testenv.SyncBuffer{}, errb: &testenv.SyncBuffer{}}
+	cmd := exec.Command(ctlBin, args...)
+	cmd.Stdout, cmd.Stderr = b.out, b.errb
+	b.Process = testenv.Start(t, cmd)
 	return b
 }
 
@@ -52,20 +38,11 @@ func startCtl(t *testing.T, args ...string) *bgCtl {
 func (b *bgCtl) result(t *testing.T, within time.Duration) result {
 	t.Helper()
 	select {
-	case <-b.done:
+	case <-b.Done():
 	case <-time.After(within):
-		t.Fatalf("scr-ctl %v still running after %v\nstderr:\n%s", b.cmd.Args[1:], within, b.errb.String())
+		t.Fatalf("scr-ctl %v still running after %v\nstderr:\n%s", b.Cmd.Args[1:], within, b.errb.String())
 	}
-	return result{b.out.String(), b.errb.String(), b.code}
-}
-
-func (b *bgCtl) running() bool {
-	select {
-	case <-b.done:
-		return false
-	default:
-		return true
-	}
+	return result{b.out.String(), b.errb.String(), b.Cmd.ProcessState.ExitCode()}
 }
 
 // TestWaitThroughATransientError: a source that appears after the daemon
@@ -84,9 +61,9 @@ func TestWaitThroughATransientError(t *testing.T) {
 		return len(v.Files) == 1 && v.Files[0].State() == transfer.StateError
 	})
 	testenv.WaitFor(t, "wait to report the ERROR", time.Minute, func() bool {
-		return strings.Contains(w.errb.String(), "still waiting") || !w.running()
+		return strings.Contains(w.errb.String(), "still waiting") || !w.Alive()
 	})
-	if !w.running() {
+	if !w.Alive() {
 		t.Fatalf("wait ended on a file the daemon retries: %s", w.result(t, time.Second))
 	}
 	writeFile(t, late, 65536, 9)
