@@ -207,11 +207,7 @@ func busyLoops(t *testing.T, n int) {
 	for range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), busyEnv+"=1")
-		must(t, cmd.Start())
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
+		testenv.Start(t, cmd)
 	}
 }
 

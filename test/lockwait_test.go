@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -45,20 +44,12 @@ func holdTransferLock(t *testing.T, path string) (release func()) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), holdLockEnv+"="+path)
-	out, err := cmd.StdoutPipe()
-	must(t, err)
-	must(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	release = func() {
-		_ = cmd.Process.Kill()
-		<-done
+	p := testenv.Start(t, cmd)
+	p.WaitLogAfter(0, settle, "locked")
+	return func() {
+		_ = p.Cmd.Process.Kill()
+		<-p.Done()
 	}
-	t.Cleanup(release)
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "locked\n" {
-		t.Fatalf("lock holder: %q", line)
-	}
-	return release
 }
 
 // notifySocket listens on a unixgram socket as systemd does for
