@@ -21,7 +21,7 @@ import (
 
 // bins is this package's once-per-process build of scr-transferd and
 // scr-ctl, with the race detector when the tests run with it, built the
-// first time a test asks for it (under -short most tests skip).
+// first time a test asks for it (a run whose tests all skip builds nothing).
 var bins = testenv.NewBinaries(testenv.Build{Race: testenv.Race})
 
 // helperBins is this package's once-per-process build of its helper
