@@ -53,7 +53,7 @@ func slurmCluster(t *testing.T) *cluster {
 	}
 	c := &cluster{dir: dir}
 	env := os.Environ()
-	env = append(env, "SLURM_CONF="+conf, "PATH="+bins.Need(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env = append(env, "SLURM_CONF="+conf)
 	if os.Getenv("USER") == "" { // a login shell always has it; the job scripts use it
 		u, err := user.Current()
 		if err != nil {
@@ -61,7 +61,6 @@ func slurmCluster(t *testing.T) *cluster {
 		}
 		env = append(env, "USER="+u.Username)
 	}
-	c.env = env
 	out, err := output(env, "sinfo", "-h", "-N", "-o", "%N %t")
 	if err != nil {
 		testenv.Absent(t, "the Slurm cluster in %s does not answer: %v", dir, err)
@@ -86,6 +85,9 @@ func slurmCluster(t *testing.T) *cluster {
 		n := unusableNode(out)
 		t.Fatalf("node %s is not usable; sinfo says:\n%s\nslurmd log:\n%s", n, out, tail(filepath.Join(dir, "log", "slurmd-"+n+".log"), 20))
 	}
+	// The commands, built once the cluster answers, where the job scripts
+	// look for them.
+	c.env = append(env, "PATH="+bins.Need(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	return c
 }
 
