@@ -194,7 +194,7 @@ func TestControlFileSystemFull(t *testing.T) {
 func TestTransferFileSizeLimit(t *testing.T) {
 	n := newNode(t)
 	noRoomFlush(t, n, func(d *testenv.Process, size int) func() {
-		pid := d.Cmd.Process.Pid
+		pid := d.Pid()
 		var old unix.Rlimit
 		must(t, unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(size) + 1, Max: unix.RLIM_INFINITY}, &old))
 		var once sync.Once

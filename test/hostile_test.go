@@ -387,9 +387,9 @@ func TestHostileFileNoBusyLoop(t *testing.T) {
 	writeRaw(t, n.transfer, bad)
 	d.WaitLogAfter(mark, settle, "cannot use the transfer file", "CRC mismatch")
 	const window = 2 * time.Second
-	before := cpuTime(t, d.Cmd.Process.Pid)
+	before := cpuTime(t, d.Pid())
 	time.Sleep(window)
-	used := cpuTime(t, d.Cmd.Process.Pid) - before
+	used := cpuTime(t, d.Pid()) - before
 	t.Logf("CPU time over %v with an undecodable transfer file: %v", window, used)
 	if used > window/4 {
 		t.Errorf("the daemon used %v of CPU in %v while the transfer file could not be decoded: it spins", used, window)

@@ -111,8 +111,8 @@ func TestInstanceLockSurvivesRemoval(t *testing.T) {
 			}
 			pid, held, err := instance.Holder(n.transfer)
 			must(t, err)
-			if !held || pid != server.Cmd.Process.Pid {
-				t.Fatalf("lock held %v by PID %d, want the serving daemon's %d", held, pid, server.Cmd.Process.Pid)
+			if !held || pid != server.Pid() {
+				t.Fatalf("lock held %v by PID %d, want the serving daemon's %d", held, pid, server.Pid())
 			}
 		})
 	}

@@ -30,7 +30,7 @@ func TestSecondDaemonRefused(t *testing.T) {
 	if code := second.Wait(settle); code == 0 {
 		t.Fatal("a second daemon on the same transfer file exited 0")
 	}
-	want := fmt.Sprintf("already served by PID %d (lock %s)", first.Cmd.Process.Pid, instance.LockPath(n.transfer))
+	want := fmt.Sprintf("already served by PID %d (lock %s)", first.Pid(), instance.LockPath(n.transfer))
 	if !strings.Contains(second.Log.String(), want) {
 		t.Fatalf("second daemon's log does not say %q:\n%s", want, second.Log.String())
 	}
@@ -84,7 +84,7 @@ func TestLateSecondDaemonCannotCorrupt(t *testing.T) {
 	if code := late.Wait(settle); code == 0 {
 		t.Fatal("a late second daemon exited 0")
 	}
-	if !strings.Contains(late.Log.String(), "already served by PID "+strconv.Itoa(first.Cmd.Process.Pid)) {
+	if !strings.Contains(late.Log.String(), "already served by PID "+strconv.Itoa(first.Pid())) {
 		t.Fatalf("late daemon's log:\n%s", late.Log.String())
 	}
 	first.Signal(syscall.SIGKILL)
