@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
-	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -28,31 +27,12 @@ func TestFailureLoggedOncePerChange(t *testing.T) {
 	src := filepath.Join(dir, "cache", "late.ckpt")
 	dest := filepath.Join(dir, "pfs", "late.ckpt")
 	tf := filepath.Join(dir, "ctl", "transfer.scrinfo")
-	for _, d := range []string{filepath.Dir(src), filepath.Dir(tf)} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(filepath.Dir(src), 0o700); err != nil {
+		t.Fatal(err)
 	}
 	data := []byte(strings.Repeat("checkpoint ", 1000))
-	store := hashfile.NewStore(tf, hashfile.Flock)
-	if _, _, err := store.Update(func(tr *hashfile.Tree) error {
-		transfer.AddFile(tr, src, dest, int64(len(data)))
-		transfer.SetCommand(tr, transfer.Run)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	core, logs := observer.New(zapcore.DebugLevel)
-	d, err := Start(t.Context(), Config{Settings: Settings{TransferFile: tf, Locking: hashfile.Flock, RetryMin: 20 * time.Millisecond,
-		RetryMax: 40 * time.Millisecond, Verify: VerifyOff}, Wiring: Wiring{Log: zap.New(core)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := d.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	store := handOver(t, tf, src, dest, int64(len(data)))
+	logs := runObserved(t, tf)
 
 	failures := func() (errs, debugs []observer.LoggedEntry) {
 		for _, e := range logs.FilterMessage("copy failed").AllUntimed() {
@@ -74,15 +54,9 @@ func TestFailureLoggedOncePerChange(t *testing.T) {
 		}
 		return ""
 	}
-	pollFor := func(what string, cond func() bool) {
-		t.Helper()
-		if !testenv.Until(30*time.Second, cond) {
-			t.Fatalf("timed out waiting for %s; log:\n%v", what, logs.AllUntimed())
-		}
-	}
 
 	// The source does not exist: the same error on every attempt.
-	pollFor("the ERROR recorded", func() bool { return strings.Contains(recorded(), "no such file") })
+	waitLogged(t, logs, "the ERROR recorded", func() bool { return strings.Contains(recorded(), "no such file") })
 	mtime := func() time.Time {
 		fi, err := os.Stat(tf)
 		if err != nil {
@@ -92,7 +66,7 @@ func TestFailureLoggedOncePerChange(t *testing.T) {
 	}
 	wrote := mtime()
 	seen := len(logs.FilterMessage("copy failed").AllUntimed())
-	pollFor("three failed attempts more", func() bool { e, d := failures(); return len(e)+len(d) >= seen+3 })
+	waitLogged(t, logs, "three failed attempts more", func() bool { e, d := failures(); return len(e)+len(d) >= seen+3 })
 	if m := mtime(); !m.Equal(wrote) {
 		t.Errorf("the transfer file was rewritten (modified %v, then %v) for a repeat of the same ERROR", wrote, m)
 	}
@@ -121,15 +95,15 @@ func TestFailureLoggedOncePerChange(t *testing.T) {
 	if err := os.Symlink(target, src); err != nil {
 		t.Fatal(err)
 	}
-	pollFor("the changed error at error level", func() bool { e, _ := failures(); return len(e) >= 2 })
+	waitLogged(t, logs, "the changed error at error level", func() bool { e, _ := failures(); return len(e) >= 2 })
 	errs, _ = failures()
 	if len(errs) != 2 || errs[1].ContextMap()["error"] == first["error"] {
 		t.Fatalf("error lines after the change: %v", errs)
 	}
 	changed := errs[1].ContextMap()["error"].(string)
-	pollFor("the changed error in the transfer file", func() bool { return recorded() == transfer.ErrorValue(changed) })
+	waitLogged(t, logs, "the changed error in the transfer file", func() bool { return recorded() == transfer.ErrorValue(changed) })
 	before := len(logs.FilterMessage("copy failed").AllUntimed())
-	pollFor("a repeat of the changed error", func() bool { return len(logs.FilterMessage("copy failed").AllUntimed()) > before })
+	waitLogged(t, logs, "a repeat of the changed error", func() bool { return len(logs.FilterMessage("copy failed").AllUntimed()) > before })
 	if errs, _ = failures(); len(errs) != 2 {
 		t.Fatalf("a repeat of the changed error logged at error level: %v", errs[2:])
 	}
@@ -141,7 +115,7 @@ func TestFailureLoggedOncePerChange(t *testing.T) {
 	if err := os.Rename(target, src); err != nil {
 		t.Fatal(err)
 	}
-	pollFor("the flush to complete", func() bool {
+	waitLogged(t, logs, "the flush to complete", func() bool {
 		tr, err := store.Read()
 		return err == nil && transfer.Read(tr).Done
 	})

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // maxExposure is the highest "systemd-analyze security" exposure accepted
@@ -23,17 +25,8 @@ func tool(t *testing.T, name, pkg string) string {
 	if err == nil {
 		return p
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is missing under CI (apt-get install %s)", name, pkg)
-	}
-	t.Skipf("%s not installed (apt-get install %s); the units are not checked", name, pkg)
+	testenv.Absent(t, "%s not installed (apt-get install %s)", name, pkg)
 	return ""
-}
-
-// buildDaemon returns the scr-transferd TestMain built; dir is unused.
-func buildDaemon(t *testing.T, _ string) string {
-	t.Helper()
-	return builtBinary(t, "scr-transferd")
 }
 
 var units = []struct {
@@ -96,8 +89,7 @@ func analyze(t *testing.T, user bool, args ...string) (string, error) {
 
 func TestSystemdUnitsVerify(t *testing.T) {
 	tool(t, "systemd-analyze", "systemd")
-	dir := t.TempDir()
-	bin := buildDaemon(t, dir)
+	bin := bins.Path(t, testenv.Daemon)
 	for _, u := range units {
 		t.Run(u.path, func(t *testing.T) {
 			inst := instance(t, u.path, t.TempDir(), bin)
@@ -113,8 +105,7 @@ var exposure = regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`)
 
 func TestSystemdUnitsSecurity(t *testing.T) {
 	tool(t, "systemd-analyze", "systemd")
-	dir := t.TempDir()
-	bin := buildDaemon(t, dir)
+	bin := bins.Path(t, testenv.Daemon)
 	for _, u := range units {
 		t.Run(u.path, func(t *testing.T) {
 			inst := instance(t, u.path, t.TempDir(), bin)
@@ -141,7 +132,7 @@ func TestSystemdUnitsSecurity(t *testing.T) {
 // TestUnitsUseFlagsTheDaemonHas checks the ExecStart lines against the
 // daemon's own flag parser.
 func TestUnitsUseFlagsTheDaemonHas(t *testing.T) {
-	bin := buildDaemon(t, t.TempDir())
+	bin := bins.Path(t, testenv.Daemon)
 	out, err := exec.Command(bin, "--help").CombinedOutput()
 	if err != nil {
 		t.Fatalf("scr-transferd --help: %v\n%s", err, out)

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,37 +103,10 @@ func TestDaemonLogsItsVersionAtStart(t *testing.T) {
 	if err := os.Mkdir(ctl, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(bin, "scr-transferd"), "--log-format=json", filepath.Join(ctl, "transfer.scrinfo"))
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	d := testenv.Start(t, exec.Command(filepath.Join(bin, "scr-transferd"), "--log-format=json", filepath.Join(ctl, "transfer.scrinfo")))
 	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+		_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+		<-d.Done()
 	}()
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		var seen []string
-		for sc.Scan() {
-			seen = append(seen, sc.Text())
-			if strings.Contains(sc.Text(), `"version":"7.7.7-logged"`) {
-				found <- sc.Text()
-				return
-			}
-		}
-		found <- "not found in:\n" + strings.Join(seen, "\n")
-	}()
-	select {
-	case line := <-found:
-		if !strings.Contains(line, "7.7.7-logged") {
-			t.Fatalf("the daemon did not log its version: %s", line)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("no log line with the version within 2 minutes")
-	}
+	d.WaitLogAfter(0, 2*time.Minute, `"version":"7.7.7-logged"`)
 }

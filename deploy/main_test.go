@@ -2,7 +2,6 @@ package deploy
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/scr-transferd/scr-transferd/internal/testenv"
@@ -14,9 +13,3 @@ import (
 var bins = testenv.NewBinaries(testenv.Build{})
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, bins)) }
-
-// builtBinary returns the path of a binary built for the tests.
-func builtBinary(t *testing.T, name string) string {
-	t.Helper()
-	return filepath.Join(bins.Need(t), name)
-}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // siteScript is a run of prolog.sh or epilog.sh as slurmd runs them (as
@@ -19,10 +21,7 @@ type siteScript struct {
 func newSiteScript(t *testing.T) *siteScript {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the prolog and epilog run as root (runuser), and CI runs as root: not here")
-		}
-		t.Skip("the prolog and epilog run as root (runuser)")
+		testenv.Absent(t, "needs root: the prolog and epilog run as root (runuser)")
 	}
 	tool(t, "runuser", "util-linux")
 	tool(t, "systemd-escape", "systemd")

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"os/exec"
@@ -12,43 +11,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// unitSection reads one section of a unit file: each key's values in order.
-func unitSection(t *testing.T, path, section string) map[string][]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m := map[string][]string{}
-	cur := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-		case strings.HasPrefix(line, "["):
-			cur = line
-			if _, ok := m[cur]; !ok && cur == section {
-				m[""] = nil // the section exists
-			}
-		case cur == section:
-			k, v, _ := strings.Cut(line, "=")
-			m[k] = append(m[k], strings.Fields(v)...)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
+)
 
 // exitStatus runs the daemon with args and returns its exit status.
 func exitStatus(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(buildDaemon(t, ""), args...)
+	cmd := exec.Command(bins.Path(t, testenv.Daemon), args...)
 	// A daemon that starts after all would run until killed.
 	timer := time.AfterFunc(2*time.Minute, func() { _ = cmd.Process.Kill() })
 	out, err := cmd.CombinedOutput()
@@ -71,7 +41,7 @@ func exitStatus(t *testing.T, args ...string) (int, string) {
 // The statuses are the real daemon's, provoked here.
 func TestUnitsDoNotRestartPermanentErrors(t *testing.T) {
 	if os.Geteuid() != 0 {
-		absentRoot(t)
+		testenv.Absent(t, "needs root (a control directory of another user)")
 	}
 	dir := t.TempDir()
 	transfer := filepath.Join(dir, "cntl", "transfer.scrinfo")
@@ -85,30 +55,20 @@ func TestUnitsDoNotRestartPermanentErrors(t *testing.T) {
 	}
 
 	mustMkdir(t, filepath.Dir(transfer))
-	first := exec.Command(buildDaemon(t, ""), "--log-format=json", transfer)
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = first.Process.Kill(); _ = first.Wait() })
+	first := testenv.Start(t, exec.Command(bins.Path(t, testenv.Daemon), "--log-format=json", transfer))
 	lock := filepath.Join(dir, "cntl", ".transfer.scrinfo.lock")
-	for deadline := time.Now().Add(time.Minute); ; {
-		if b, err := os.ReadFile(lock); err == nil && strings.TrimSpace(string(b)) != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first daemon did not take its instance lock within a minute")
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the lock file
-	}
+	testenv.WaitFor(t, "the first daemon to take its instance lock", time.Minute, func() bool {
+		b, err := os.ReadFile(lock)
+		return err == nil && strings.TrimSpace(string(b)) != ""
+	})
 	var out string
 	statuses["already served"], out = exitStatus(t, "--log-format=json", transfer)
 	if !strings.Contains(out, "already served") {
 		t.Errorf("the second daemon does not say the file is already served:\n%s", out)
 	}
-	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := first.Wait(); err != nil {
+	first.Signal(syscall.SIGTERM)
+	first.Wait(time.Minute)
+	if err := first.Err(); err != nil {
 		t.Errorf("the first daemon after SIGTERM: %v", err)
 	}
 
@@ -146,16 +106,6 @@ func TestUnitsDoNotRestartPermanentErrors(t *testing.T) {
 		}
 	}
 	t.Logf("exit statuses: %v", statuses)
-}
-
-// absentRoot skips a test that needs root, or fails it under CI (which
-// runs as root).
-func absentRoot(t *testing.T) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test runs as root, and CI runs as root: not here")
-	}
-	t.Skip("needs root (a control directory of another user)")
 }
 
 // TestDropInOrder: systemd applies drop-ins in the order of their file

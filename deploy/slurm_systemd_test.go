@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // systemdJob is a run of deploy/slurm/flush-job-systemd.sbatch with
@@ -23,9 +25,7 @@ import (
 type systemdJob struct {
 	dir, shm, work, want, dest, state, runtime string
 	user                                       string
-	cmd                                        *exec.Cmd
-	out                                        bytes.Buffer
-	done                                       chan error
+	*testenv.Process                           // the job script, in a process group of its own
 }
 
 const slowApp = `#!/bin/bash
@@ -50,7 +50,7 @@ func startSystemdJob(t *testing.T, app string, userManager bool, env ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &systemdJob{dir: t.TempDir(), user: me.Username, done: make(chan error, 1)}
+	j := &systemdJob{dir: t.TempDir(), user: me.Username}
 	bin := filepath.Join(j.dir, "bin")
 	j.shm, j.work, j.want, j.dest = filepath.Join(j.dir, "shm"), filepath.Join(j.dir, "work"), filepath.Join(j.dir, "want"), filepath.Join(j.dir, "pfs")
 	j.state, j.runtime = filepath.Join(j.dir, "state"), filepath.Join(j.dir, "run")
@@ -89,16 +89,16 @@ func startSystemdJob(t *testing.T, app string, userManager bool, env ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.cmd = exec.Command(bash, script, appPath)
-	j.cmd.Dir = j.work
-	j.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := exec.Command(bash, script, appPath)
+	cmd.Dir = j.work
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	base := []string{}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") {
 			base = append(base, kv)
 		}
 	}
-	j.cmd.Env = append(base,
+	cmd.Env = append(base,
 		"PATH="+bin+":"+os.Getenv("PATH"),
 		"USER="+me.Username,
 		"SLURM_JOB_ID=4343", "SLURM_JOB_NUM_NODES=1", "SLURM_NTASKS=2",
@@ -108,16 +108,12 @@ func startSystemdJob(t *testing.T, app string, userManager bool, env ...string) 
 		"RANDOM_SOURCE="+random, "WANT="+j.want, "DEST="+j.dest, "STARTED="+filepath.Join(j.dir, "started"),
 	)
 	if userManager {
-		j.cmd.Env = append(j.cmd.Env, "XDG_RUNTIME_DIR="+j.runtime)
+		cmd.Env = append(cmd.Env, "XDG_RUNTIME_DIR="+j.runtime)
 	}
-	j.cmd.Env = append(j.cmd.Env, env...)
-	j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.out
-	if err := j.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { j.done <- j.cmd.Wait() }()
+	cmd.Env = append(cmd.Env, env...)
+	j.Process = testenv.Start(t, cmd)
 	t.Cleanup(func() {
-		_ = syscall.Kill(-j.cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-j.Pid(), syscall.SIGKILL)
 		// A daemon the script failed to stop is stopped here.
 		pids, _ := filepath.Glob(filepath.Join(j.state, "*.pid"))
 		for _, p := range pids {
@@ -134,23 +130,11 @@ func startSystemdJob(t *testing.T, app string, userManager bool, env ...string) 
 // wait waits for the job script to end and returns its exit status.
 func (j *systemdJob) wait(t *testing.T) int {
 	t.Helper()
-	select {
-	case err := <-j.done:
-		steps, _ := os.ReadFile(filepath.Join(j.dir, "steps"))
-		calls, _ := os.ReadFile(filepath.Join(j.dir, "systemctl"))
-		t.Logf("job output:\n%s\nsteps:\n%s\nsystemctl calls:\n%s", j.out.String(), steps, calls)
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 0
-	case <-time.After(5 * time.Minute):
-		t.Fatalf("the job script did not end within 5 minutes:\n%s", j.out.String())
-	}
-	return -1
+	code := j.Wait(5 * time.Minute)
+	steps, _ := os.ReadFile(filepath.Join(j.dir, "steps"))
+	calls, _ := os.ReadFile(filepath.Join(j.dir, "systemctl"))
+	t.Logf("job output:\n%s\nsteps:\n%s\nsystemctl calls:\n%s", j.Logs(), steps, calls)
+	return code
 }
 
 // daemonStopped checks that the daemon the fake user manager started was
@@ -210,25 +194,18 @@ func TestSystemdJobScriptApplicationFails(t *testing.T) {
 func TestSystemdJobScriptCancelled(t *testing.T) {
 	j := startSystemdJob(t, slowApp, true)
 	started := filepath.Join(j.dir, "started")
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	testenv.WaitFor(t, "the application to start", 3*time.Minute, func() bool {
 		if _, err := os.Stat(started); err == nil {
-			break
+			return true
 		}
-		select {
-		case err := <-j.done:
-			j.done <- err
+		if !j.Alive() {
 			j.wait(t)
 			t.Fatal("the job ended before the application started")
-		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the application did not start within 3 minutes:\n%s", j.out.String())
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the application's start
-	}
+		return false
+	})
 	// What scancel does: SIGTERM to every process of the job.
-	if err := syscall.Kill(-j.cmd.Process.Pid, syscall.SIGTERM); err != nil {
+	if err := syscall.Kill(-j.Pid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if code := j.wait(t); code == 0 {
@@ -236,8 +213,8 @@ func TestSystemdJobScriptCancelled(t *testing.T) {
 	}
 	// Slurm reports a script killed by SIGTERM as cancelled (0:15); an
 	// exit status of its own (143) reads as 143:0.
-	if ws, ok := j.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
-		t.Errorf("the cancelled script ended with %v, want killed by SIGTERM (Slurm's 0:15)", j.cmd.ProcessState)
+	if ws, ok := j.Cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("the cancelled script ended with %v, want killed by SIGTERM (Slurm's 0:15)", j.Cmd.ProcessState)
 	}
 	j.daemonStopped(t)
 }
@@ -254,8 +231,8 @@ func TestSystemdJobScriptWithoutUserManager(t *testing.T) {
 	if code := j.wait(t); code == 0 {
 		t.Error("the job succeeded without a user manager")
 	}
-	if !strings.Contains(j.out.String(), "no user manager at /run/user/"+strconv.Itoa(os.Getuid())) ||
-		!strings.Contains(j.out.String(), "enable-linger") {
+	if !strings.Contains(j.Logs(), "no user manager at /run/user/"+strconv.Itoa(os.Getuid())) ||
+		!strings.Contains(j.Logs(), "enable-linger") {
 		t.Error("the output does not say that the user manager is missing and how to get one")
 	}
 	if _, err := os.Stat(filepath.Join(j.want, "rank_1")); err == nil {
@@ -287,7 +264,7 @@ func jobBesideAnotherDaemon(t *testing.T, env []string) {
 	if code := j.wait(t); code != 0 {
 		t.Errorf("job exit status %d, want 0", code)
 	}
-	if !strings.Contains(j.out.String(), "still serves") {
+	if !strings.Contains(j.Logs(), "still serves") {
 		t.Error("the output does not say that another daemon serves the transfer file")
 	}
 	for i := 1; i <= 3; i++ {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // buildTools puts scr-transferd and scr-ctl, as TestMain built them, into
@@ -21,7 +23,7 @@ import (
 func buildTools(t *testing.T, dir string) {
 	t.Helper()
 	for _, name := range []string{"scr-transferd", "scr-ctl"} {
-		if err := os.Symlink(builtBinary(t, name), filepath.Join(dir, name)); err != nil {
+		if err := os.Symlink(bins.Path(t, name), filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -100,15 +102,7 @@ func TestFlushJobScriptBesideAnotherDaemon(t *testing.T) {
 			cntl := filepath.Join(j.shm, j.user, "scr.4242")
 			mustMkdir(t, cntl)
 			transfer := filepath.Join(cntl, "transfer.scrinfo")
-			other := exec.Command(filepath.Join(j.bin, "scr-transferd"), transfer)
-			var otherOut bytes.Buffer
-			other.Stdout, other.Stderr = &otherOut, &otherOut
-			if err := other.Start(); err != nil {
-				t.Fatal(err)
-			}
-			otherDone := make(chan error, 1)
-			go func() { otherDone <- other.Wait() }()
-			t.Cleanup(func() { _ = other.Process.Kill(); <-otherDone })
+			other := testenv.Start(t, exec.Command(bins.Path(t, "scr-transferd"), transfer))
 			j.waitServed(t, transfer)
 			var env []string
 			if late {
@@ -118,7 +112,7 @@ func TestFlushJobScriptBesideAnotherDaemon(t *testing.T) {
 					t.Fatal(err)
 				}
 				script := "#!/bin/bash\nuntil grep -q 'scr-ctl wait' \"$FAKE_SRUN_LOG\"; do sleep 0.05; done\nexec " +
-					builtBinary(t, "scr-transferd") + " \"$@\"\n"
+					bins.Path(t, "scr-transferd") + " \"$@\"\n"
 				if err := os.WriteFile(shim, []byte(script), 0o755); err != nil {
 					t.Fatal(err)
 				}
@@ -130,11 +124,8 @@ func TestFlushJobScriptBesideAnotherDaemon(t *testing.T) {
 			if !strings.Contains(j.out, "still serves") {
 				t.Error("the output does not say that another daemon serves the transfer file")
 			}
-			select {
-			case err := <-otherDone:
-				otherDone <- err
-				t.Errorf("the job stopped the daemon it did not start (%v):\n%s", err, otherOut.String())
-			default:
+			if !other.Alive() {
+				t.Errorf("the job stopped the daemon it did not start (%v):\n%s", other.Err(), other.Logs())
 			}
 			if _, err := os.Stat(filepath.Join(j.shm, j.user, "scr.4242", "ckpt.1", "rank_1")); err != nil {
 				t.Errorf("the cache the other daemon serves was removed (the site's epilog reaps it): %v", err)
@@ -200,34 +191,16 @@ func (j *flushJob) run(t *testing.T, env ...string) int {
 		"RANDOM_SOURCE="+filepath.Join(j.dir, "random"), "WANT="+j.want, "DEST="+j.dest,
 	)
 	cmd.Env = append(cmd.Env, env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its own process group: whatever the script leaves running
 	// (a daemon, should it fail) is killed with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(5 * time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("the job script did not end within 5 minutes:\n%s", out.String())
-	}
+	p := testenv.Start(t, cmd)
+	t.Cleanup(func() { _ = syscall.Kill(-p.Pid(), syscall.SIGKILL) })
+	code := p.Wait(5 * time.Minute)
 	steps, _ := os.ReadFile(filepath.Join(j.dir, "steps"))
-	j.out, j.steps = out.String(), string(steps)
+	j.out, j.steps = p.Logs(), string(steps)
 	t.Logf("job output:\n%s\nsteps:\n%s", j.out, j.steps)
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return 0
+	return code
 }
 
 // flushed checks that the application's three files are at their

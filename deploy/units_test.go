@@ -8,12 +8,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
-// serviceSettings reads the [Service] section of a unit file: each key's
-// values in order, with space-separated lists split and a leading "-"
-// (ignore if missing) dropped.
-func serviceSettings(t *testing.T, path string) map[string][]string {
+// unitSection reads one section (such as "[Service]") of a unit file or
+// drop-in: each key's values in order, with space-separated lists split, a
+// leading "-" (ignore if missing) dropped and an empty assignment resetting
+// the list, as systemd does. The key "" is present if the section is.
+func unitSection(t *testing.T, path, section string) map[string][]string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -21,15 +24,18 @@ func serviceSettings(t *testing.T, path string) map[string][]string {
 	}
 	defer f.Close()
 	m := map[string][]string{}
-	section := ""
+	cur := ""
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		switch {
 		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
 		case strings.HasPrefix(line, "["):
-			section = line
-		case section == "[Service]":
+			cur = line
+			if cur == section {
+				m[""] = nil // the section exists
+			}
+		case cur == section:
 			k, v, ok := strings.Cut(line, "=")
 			if !ok {
 				t.Fatalf("%s: unparsable line %q", path, line)
@@ -71,7 +77,7 @@ func isTrue(s string) bool {
 // for every file.
 func TestUnitsLeaveOpenat2Usable(t *testing.T) {
 	for _, u := range units {
-		s := serviceSettings(t, u.path)
+		s := unitSection(t, u.path, "[Service]")
 		if isTrue(last(s, "RestrictSUIDSGID")) {
 			t.Errorf("%s: RestrictSUIDSGID=yes denies openat2, so every confined file fails", u.path)
 		}
@@ -87,7 +93,7 @@ func TestUnitsLeaveOpenat2Usable(t *testing.T) {
 // /dev/shm (caches and transfer files) when the user's last unit stops.
 func TestUnitsKeepDevShm(t *testing.T) {
 	for _, u := range units {
-		s := serviceSettings(t, u.path)
+		s := unitSection(t, u.path, "[Service]")
 		if isTrue(last(s, "RemoveIPC")) {
 			t.Errorf("%s: RemoveIPC=yes deletes the user's /dev/shm: unflushed checkpoints and the transfer file", u.path)
 		}
@@ -103,7 +109,7 @@ func TestUnitsKeepDevShm(t *testing.T) {
 // those directories read-only instead, so that such a copy fails.
 func TestUnitsMakeTmpDestinationsFail(t *testing.T) {
 	for _, u := range units {
-		s := serviceSettings(t, u.path)
+		s := unitSection(t, u.path, "[Service]")
 		if last(s, "ProtectSystem") != "strict" {
 			t.Errorf("%s: ProtectSystem=%s, want strict (only the listed paths writable)", u.path, last(s, "ProtectSystem"))
 		}
@@ -128,7 +134,7 @@ func TestUnitsMakeTmpDestinationsFail(t *testing.T) {
 // systemd-analyze read the drop-in directory next to the unit).
 func TestSystemdDropInsVerify(t *testing.T) {
 	sa := tool(t, "systemd-analyze", "systemd")
-	bin := buildDaemon(t, t.TempDir())
+	bin := bins.Path(t, testenv.Daemon)
 	for _, tc := range []struct {
 		unit, dropin string
 		user         bool

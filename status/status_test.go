@@ -16,12 +16,6 @@ import (
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	testenv.Golden(t, filepath.Join("testdata", name), got)
-}
-
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // snapshotTree is a transfer file in the middle of a flush: one file
@@ -65,14 +59,14 @@ func snapshotReport() Report {
 // without a terminal; the JSON form.
 func TestStatusGolden(t *testing.T) {
 	r := snapshotReport()
-	golden(t, "status.txt", []byte(Render(r, Layout{})))
-	golden(t, "status-80x24.txt", []byte(Render(r, Layout{Width: 80, Height: 24})))
-	golden(t, "status-100x30.txt", []byte(Render(r, Layout{Width: 100, Height: 30})))
+	testenv.Golden(t, filepath.Join("testdata", "status.txt"), []byte(Render(r, Layout{})))
+	testenv.Golden(t, filepath.Join("testdata", "status-80x24.txt"), []byte(Render(r, Layout{Width: 80, Height: 24})))
+	testenv.Golden(t, filepath.Join("testdata", "status-100x30.txt"), []byte(Render(r, Layout{Width: 100, Height: 30})))
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "status.json", append(b, '\n'))
+	testenv.Golden(t, filepath.Join("testdata", "status.json"), append(b, '\n'))
 }
 
 // manyTree is a transfer file of n files: the first done complete, one in
@@ -119,7 +113,7 @@ func TestLongListsFold(t *testing.T) {
 			t.Errorf("%dx%d: totals:\n%s", o.Width, o.Height, out)
 		}
 	}
-	golden(t, "status-1000-80x24.txt", []byte(Render(r, Layout{Width: 80, Height: 24})))
+	testenv.Golden(t, filepath.Join("testdata", "status-1000-80x24.txt"), []byte(Render(r, Layout{Width: 80, Height: 24})))
 	all := Render(r, Layout{All: true})
 	if n := strings.Count(all, "\n"); n < 1000 || strings.Contains(all, "more files") {
 		t.Errorf("--all: %d lines", n)

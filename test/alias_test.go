@@ -104,10 +104,10 @@ func TestDestinationAliasesRefused(t *testing.T) {
 			}
 			// The lock still excludes.
 			second := n.start()
-			if code := second.wait(settle); code == 0 {
+			if code := second.Wait(settle); code == 0 {
 				t.Error("a second daemon started beside the first")
 			}
-			if !d.alive() {
+			if !d.Alive() {
 				t.Error("the daemon died")
 			}
 		})

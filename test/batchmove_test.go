@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/testenv"
@@ -45,15 +44,8 @@ func TestBatchDirectoryMovedAway(t *testing.T) {
 	n.start("--sync-interval=30s")
 
 	// The batch opens the dataset directory as its first copy starts.
-	deadline := time.Now().Add(settle)
-	for {
-		if _, err := os.Stat(dir); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never created", dir)
-		}
-		time.Sleep(time.Millisecond)
+	if !testenv.Until(settle, func() bool { _, err := os.Stat(dir); return err == nil }) {
+		t.Fatalf("%s never created", dir)
 	}
 	must(t, os.Rename(dir, moved))
 	before, err := os.ReadDir(moved)

@@ -128,8 +128,8 @@ func TestBWAutoSharedDestination(t *testing.T) {
 			t.Errorf("%s: partial copy left behind (%v)", c.dest, err)
 		}
 	}
-	if !strings.Contains(d.log.String(), "bw auto rate") {
-		t.Errorf("the daemon never logged its rate in force:\n%s", d.log.String())
+	if !strings.Contains(d.Log.String(), "bw auto rate") {
+		t.Errorf("the daemon never logged its rate in force:\n%s", d.Log.String())
 	}
 }
 

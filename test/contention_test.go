@@ -407,10 +407,10 @@ watch:
 	if c, _ := tree.Value(transfer.KeyCommand); c != rep.Command {
 		t.Errorf("COMMAND %q at the end, the library wrote %q", c, rep.Command)
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
-	log := d.log.String()
+	log := d.Log.String()
 	t.Logf("daemon: %d copies started, %d stopped by STOP, %d files flushed",
 		strings.Count(log, "\tcopy\t"), strings.Count(log, "\tcopy stopped\t"), strings.Count(log, "\tflushed\t"))
 	for _, bad := range []string{"cannot use the transfer file", "copy failed", "resume impossible", "copy abandoned", "malformed"} {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -95,7 +96,7 @@ func padTo(t *testing.T, tr *hashfile.Tree, size int) {
 // gives it back. The transfer file must decode at every moment, the
 // problem be logged once while the daemon retries, and the flush complete
 // once there is room again.
-func noRoomFlush(t *testing.T, n *node, full func(d *proc, size int) (restore func())) {
+func noRoomFlush(t *testing.T, n *node, full func(d *testenv.Process, size int) (restore func())) {
 	srcs := map[string][]byte{}
 	for i := range 3 {
 		name := fmt.Sprintf("n%d.ckpt", i)
@@ -123,30 +124,29 @@ func noRoomFlush(t *testing.T, n *node, full func(d *proc, size int) (restore fu
 	must(t, err)
 	transfer.SetCommand(tr, transfer.Run)
 	padTo(t, tr, size)
-	mark := d.logMark()
+	mark := d.LogMark()
 	swapRaw(t, n.transfer, hashfile.Encode(tr))
 
 	const complaint = "cannot rewrite the transfer file"
-	deadline := time.Now().Add(settle)
-	for !strings.Contains(d.log.String()[mark:], complaint) {
+	if !testenv.Until(settle, func() bool {
+		if strings.Contains(d.Log.String()[mark:], complaint) {
+			return true
+		}
 		watch.check(t, "when the daemon recorded progress")
-		if time.Now().After(deadline) || !d.alive() {
-			t.Fatalf("log never said %q:\n%s", complaint, d.log.String()[mark:])
-		}
-		time.Sleep(5 * time.Millisecond)
+		return !d.Alive()
+	}) || !strings.Contains(d.Log.String()[mark:], complaint) {
+		t.Fatalf("log never said %q:\n%s", complaint, d.Log.String()[mark:])
 	}
-	errAt := mark + strings.Index(d.log.String()[mark:], complaint)
-	t.Logf("daemon: %s", strings.SplitN(d.log.String()[errAt:], "\n", 2)[0])
+	errAt := mark + strings.Index(d.Log.String()[mark:], complaint)
+	t.Logf("daemon: %s", strings.SplitN(d.Log.String()[errAt:], "\n", 2)[0])
 	// It goes on trying: three more copy attempts, no second complaint.
-	deadline = time.Now().Add(settle)
-	for strings.Count(d.log.String()[errAt:], "\tcopy\t") < 3 {
-		if time.Now().After(deadline) || !d.alive() {
-			t.Fatalf("the daemon did not retry:\n%s", d.log.String()[mark:])
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testenv.Until(settle, func() bool {
+		return strings.Count(d.Log.String()[errAt:], "\tcopy\t") >= 3 || !d.Alive()
+	}) || strings.Count(d.Log.String()[errAt:], "\tcopy\t") < 3 {
+		t.Fatalf("the daemon did not retry:\n%s", d.Log.String()[mark:])
 	}
-	if c := strings.Count(d.log.String(), complaint); c != 1 {
-		t.Fatalf("the problem was logged %d times, want once:\n%s", c, d.log.String()[mark:])
+	if c := strings.Count(d.Log.String(), complaint); c != 1 {
+		t.Fatalf("the problem was logged %d times, want once:\n%s", c, d.Log.String()[mark:])
 	}
 	watch.check(t, "while full")
 	if v := n.view(); v.Done {
@@ -157,8 +157,8 @@ func noRoomFlush(t *testing.T, n *node, full func(d *proc, size int) (restore fu
 	v := n.waitFor("DONE once there is room", settle, done)
 	watch.check(t, "after the room came back")
 	checkFlushed(t, v, srcs)
-	d.waitLogAfter(errAt, settle, "transfer file readable again")
-	if c := strings.Count(d.log.String(), complaint); c != 1 {
+	d.WaitLogAfter(errAt, settle, "transfer file readable again")
+	if c := strings.Count(d.Log.String(), complaint); c != 1 {
 		t.Fatalf("the problem was logged %d times, want once", c)
 	}
 }
@@ -169,7 +169,7 @@ func TestControlFileSystemFull(t *testing.T) {
 	n := newNode(t)
 	ctl := filepath.Dir(n.transfer)
 	mountTmpfs(t, ctl, 0, "size=64k,mode=0755")
-	noRoomFlush(t, n, func(_ *proc, _ int) func() {
+	noRoomFlush(t, n, func(_ *testenv.Process, _ int) func() {
 		filler := filepath.Join(ctl, "filler")
 		f, err := os.Create(filler)
 		must(t, err)
@@ -193,14 +193,14 @@ func TestControlFileSystemFull(t *testing.T) {
 // is now (the checkpoints are smaller).
 func TestTransferFileSizeLimit(t *testing.T) {
 	n := newNode(t)
-	noRoomFlush(t, n, func(d *proc, size int) func() {
-		pid := d.cmd.Process.Pid
+	noRoomFlush(t, n, func(d *testenv.Process, size int) func() {
+		pid := d.Pid()
 		var old unix.Rlimit
 		must(t, unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(size) + 1, Max: unix.RLIM_INFINITY}, &old))
 		var once sync.Once
 		return func() {
 			once.Do(func() {
-				if d.alive() {
+				if d.Alive() {
 					must(t, unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}, nil))
 				}
 			})

@@ -58,8 +58,8 @@ func TestCrash(t *testing.T) {
 		unthrottled    = 100e6 // bytes/s, re-estimated from every unthrottled flush
 		start          = time.Now()
 		maxGenerations = trials * 3
-		d              *proc    // the running daemon, nil after a kill
-		flags          []string // its flags
+		d              *testenv.Process // the running daemon, nil after a kill
+		flags          []string         // its flags
 	)
 	for gen := 0; kills < trials; gen++ {
 		if gen == maxGenerations {
@@ -78,7 +78,7 @@ func TestCrash(t *testing.T) {
 			if d == nil {
 				flags = crashFlags(rng)
 				d = n.start(flags...)
-				d.waitLog("started", settle)
+				d.WaitLog("started", settle)
 			}
 			rate := unthrottled
 			if bw > 0 {
@@ -87,8 +87,8 @@ func TestCrash(t *testing.T) {
 			window := 10*time.Millisecond + time.Duration(0.95*float64(remaining)/rate*float64(time.Second))
 			delay := time.Duration(rng.Int64N(int64(window)))
 			time.Sleep(delay)
-			d.signal(syscall.SIGKILL)
-			d.wait(settle)
+			d.Signal(syscall.SIGKILL)
+			d.Wait(settle)
 			d = nil
 
 			lost, checked, pending, problems := checkAfterKill(t, n, srcs)
@@ -117,7 +117,7 @@ func TestCrash(t *testing.T) {
 		if d == nil {
 			flags = crashFlags(rng)
 			d = n.start(flags...)
-			d.waitLog("started", settle)
+			d.WaitLog("started", settle)
 			began = time.Now()
 		}
 		v := n.waitFor(fmt.Sprintf("DONE of flush %d", gen), 2*settle, done)
@@ -134,7 +134,7 @@ func TestCrash(t *testing.T) {
 		}
 	}
 	n.library(func(t *hashfile.Tree) { transfer.SetCommand(t, transfer.Exit) })
-	if code := d.wait(settle); code != 0 {
+	if code := d.Wait(settle); code != 0 {
 		t.Fatalf("exit code %d after EXIT", code)
 	}
 	t.Logf("kills mid-flush landing after progress since the daemon started: %d of %d", progressed, kills)

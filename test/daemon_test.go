@@ -47,11 +47,11 @@ func TestRunToDone(t *testing.T) {
 			t.Errorf("partial copy of %s left behind: %v", f.Dest, err)
 		}
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon exited after DONE")
 	}
 	n.library(func(t *hashfile.Tree) { transfer.SetCommand(t, transfer.Exit) })
-	if code := d.wait(settle); code != 0 {
+	if code := d.Wait(settle); code != 0 {
 		t.Fatalf("exit code %d after EXIT", code)
 	}
 	if s := n.view().State; s != transfer.Exiting {
@@ -161,7 +161,7 @@ func TestLimitsChangeMidFlush(t *testing.T) {
 	})
 	n.waitFor("DONE after lifting BW", 2*time.Minute, done)
 	sameFile(t, n.dest("a.ckpt"), data)
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 }
@@ -196,8 +196,8 @@ func TestKilledMidFileResumes(t *testing.T) {
 	})
 	d := n.start("--sync-interval=100ms")
 	v := n.waitFor("a quarter durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 3*mib })
-	d.signal(syscall.SIGKILL)
-	d.wait(settle)
+	d.Signal(syscall.SIGKILL)
+	d.Wait(settle)
 	v = n.view()
 	f := v.Files[0]
 	durablePrefixOK(t, f, data)
@@ -207,11 +207,11 @@ func TestKilledMidFileResumes(t *testing.T) {
 	n.library(func(t *hashfile.Tree) { transfer.SetBW(t, noLimit) })
 	// JSON: the exact byte count (the console writes it in MiB).
 	d2 := n.start("--log-format=json")
-	d2.waitLog(`"from":`+strconv.FormatInt(f.Written, 10), settle)
+	d2.WaitLog(`"from":`+strconv.FormatInt(f.Written, 10), settle)
 	n.waitFor("DONE after restart", settle, done)
 	sameFile(t, f.Dest, data)
-	if strings.Contains(d2.log.String(), "resume impossible") {
-		t.Fatalf("the restart did not resume:\n%s", d2.log.String())
+	if strings.Contains(d2.Log.String(), "resume impossible") {
+		t.Fatalf("the restart did not resume:\n%s", d2.Log.String())
 	}
 }
 
@@ -225,8 +225,8 @@ func TestSigtermMidFile(t *testing.T) {
 	})
 	d := n.start("--sync-interval=100ms")
 	n.waitFor("bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 })
-	d.signal(syscall.SIGTERM)
-	if code := d.wait(settle); code != 0 {
+	d.Signal(syscall.SIGTERM)
+	if code := d.Wait(settle); code != 0 {
 		t.Fatalf("exit code %d on SIGTERM", code)
 	}
 	v := n.view()
@@ -246,7 +246,7 @@ func TestUnknownCommandAndCorruptFile(t *testing.T) {
 	n.add(p, n.dest("a.ckpt"))
 	n.library(func(t *hashfile.Tree) { t.SetValue(transfer.KeyCommand, "FLY") })
 	d := n.start()
-	d.waitLog(`unknown COMMAND ignored	{"command": "FLY"}`, settle)
+	d.WaitLog(`unknown COMMAND ignored	{"command": "FLY"}`, settle)
 	if v := n.view(); v.State != transfer.Stopped || v.Files[0].Written != 0 {
 		t.Fatalf("an unknown command changed something: %+v", v)
 	}
@@ -259,8 +259,8 @@ func TestUnknownCommandAndCorruptFile(t *testing.T) {
 	bad[len(bad)-1] ^= 0xff
 	writeRaw(t, n.transfer, bad) // under the lock, as a writer would
 
-	d.waitLog("CRC mismatch", settle)
-	if !d.alive() {
+	d.WaitLog("CRC mismatch", settle)
+	if !d.Alive() {
 		t.Fatal("daemon died on a corrupt transfer file")
 	}
 	if b, _ := os.ReadFile(n.transfer); string(b) != string(bad) {

@@ -35,7 +35,7 @@ func TestDestinationDirectoryMoved(t *testing.T) {
 			}
 			d := n.start(flags...)
 			n.waitFor("bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 })
-			mark := d.logMark()
+			mark := d.LogMark()
 			dir := filepath.Dir(dest)
 			moved := filepath.Join(n.pfs, "moved")
 			must(t, os.Rename(dir, moved))
@@ -43,7 +43,7 @@ func TestDestinationDirectoryMoved(t *testing.T) {
 			n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
 			v := n.waitFor("DONE", settle, done)
 			checkFlushed(t, v, map[string][]byte{src: data})
-			d.waitLogAfter(mark, settle, "destination directory moved during the copy")
+			d.WaitLogAfter(mark, settle, "destination directory moved during the copy")
 			if _, err := os.Stat(filepath.Join(moved, filepath.Base(dest))); err == nil {
 				t.Errorf("the copy was published in the moved directory too")
 			}
@@ -111,7 +111,7 @@ func TestPartialCopyLockedAgainstAnotherDaemon(t *testing.T) {
 	})
 	v = other.waitFor("the second daemon DONE", settle, done)
 	checkFlushed(t, v, map[string][]byte{src2: data2})
-	if !first.alive() || !second.alive() {
+	if !first.Alive() || !second.Alive() {
 		t.Fatal("a daemon died")
 	}
 }

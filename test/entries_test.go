@@ -70,7 +70,7 @@ func TestImpossibleEntriesRefused(t *testing.T) {
 	if _, err := os.Stat(n.dest(".suffix.ckpt.scrpart")); err == nil {
 		t.Error("a DESTINATION with the partial-copy suffix was written")
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 }
@@ -108,7 +108,7 @@ func TestRefusalLoggedOnce(t *testing.T) {
 		})
 		checkFlushed(t, v, map[string][]byte{src: data})
 	}
-	if got := strings.Count(d.log.String(), "refused FILES entry"); got != len(bad) {
-		t.Fatalf("%d refusals logged, want %d (one per entry):\n%s", got, len(bad), d.log.String())
+	if got := strings.Count(d.Log.String(), "refused FILES entry"); got != len(bad) {
+		t.Fatalf("%d refusals logged, want %d (one per entry):\n%s", got, len(bad), d.Log.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -20,10 +21,7 @@ func mountTmpfs(t *testing.T, dir string, flags uintptr, opts string) {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, opts); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount tmpfs on %s: %v", dir, err)
-		}
-		t.Skipf("cannot mount a tmpfs here (%v); storage-fault tests need root", err)
+		testenv.Absent(t, "cannot mount a tmpfs on %s (%v); storage-fault tests need root", dir, err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
 }
@@ -123,8 +121,8 @@ func TestFileErrors(t *testing.T) {
 			if _, err := os.Stat(dest); err == nil {
 				t.Fatal("a file in error appeared under its final name")
 			}
-			d.waitLog("copy failed", settle)
-			if !d.alive() {
+			d.WaitLog("copy failed", settle)
+			if !d.Alive() {
 				t.Fatal("daemon died")
 			}
 			fix()
@@ -167,7 +165,7 @@ func TestSourceShrinksDuringCopy(t *testing.T) {
 	if _, err := os.Stat(n.dest("a.ckpt")); err == nil {
 		t.Fatal("a truncated copy was published")
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 	must(t, os.WriteFile(src, data, 0o644))
@@ -199,7 +197,7 @@ func TestDestinationRemovedDuringCopy(t *testing.T) {
 	if f.Written != 0 {
 		t.Fatalf("WRITTEN %d still claimed after the partial copy was removed", f.Written)
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })

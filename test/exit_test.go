@@ -24,15 +24,15 @@ func TestLeftoverExit(t *testing.T) {
 	n.waitFor("STATE STOPPED without COMMAND", settle, func(v transfer.View) bool {
 		return v.State == transfer.Stopped && v.Command == ""
 	})
-	d.waitLog("COMMAND EXIT left from an earlier run", settle)
-	if !d.alive() {
+	d.WaitLog("COMMAND EXIT left from an earlier run", settle)
+	if !d.Alive() {
 		t.Fatal("the daemon exited on a leftover EXIT")
 	}
 	n.library(func(t *hashfile.Tree) { transfer.SetCommand(t, transfer.Run) })
 	n.waitFor("DONE", settle, done)
 	sameFile(t, n.dest("a.ckpt"), data)
 	n.library(func(t *hashfile.Tree) { transfer.SetCommand(t, transfer.Exit) })
-	if code := d.wait(settle); code != 0 {
+	if code := d.Wait(settle); code != 0 {
 		t.Fatalf("exit code %d after EXIT", code)
 	}
 	if st := n.view().State; st != transfer.Exiting {
@@ -49,13 +49,13 @@ func TestPendingExitAtStart(t *testing.T) {
 		transfer.SetState(t, transfer.Running)
 	})
 	d := n.start()
-	if code := d.wait(settle); code != 0 {
+	if code := d.Wait(settle); code != 0 {
 		t.Fatalf("exit code %d on a pending EXIT", code)
 	}
 	if v := n.view(); v.State != transfer.Exiting || v.Command != transfer.Exit {
 		t.Errorf("STATE %q, COMMAND %q after a pending EXIT, want EXITING and EXIT", v.State, v.Command)
 	}
-	if log := d.log.String(); !strings.Contains(log, "exiting on COMMAND EXIT") {
+	if log := d.Log.String(); !strings.Contains(log, "exiting on COMMAND EXIT") {
 		t.Errorf("log does not say %q:\n%s", "exiting on COMMAND EXIT", log)
 	}
 }

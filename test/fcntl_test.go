@@ -207,11 +207,7 @@ func busyLoops(t *testing.T, n int) {
 	for range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), busyEnv+"=1")
-		must(t, cmd.Start())
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
+		testenv.Start(t, cmd)
 	}
 }
 
@@ -260,7 +256,7 @@ func scr12Run(t *testing.T, cycles, busy int) {
 	if rep.MaxWritten == 0 {
 		t.Fatal("the daemon recorded no progress during the client's cycles")
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
@@ -311,7 +307,7 @@ func TestFcntlSIGTERMAfterTheLibrarysWrite(t *testing.T) {
 			scr12Access(t, n.transfer, nil)
 			time.Sleep(after) // the moment of the signal, not a wait for a condition
 			terminate(t, d, nil)
-			if log := d.log.String(); strings.Contains(log, "ERROR") {
+			if log := d.Log.String(); strings.Contains(log, "ERROR") {
 				t.Fatalf("an ordinary SIGTERM logged an ERROR:\n%s", log)
 			}
 			if v := n.view(); v.State != transfer.Exiting {
@@ -363,12 +359,12 @@ func TestFcntlStarvedByTheLibrary(t *testing.T) {
 		return strings.Contains(m, "no quiet moment since")
 	})
 	t.Logf("%s", status)
-	d.waitLog("the library left the transfer file no quiet moment", settle)
+	d.WaitLog("the library left the transfer file no quiet moment", settle)
 	if v := n.view(); v.State != transfer.Stopped {
 		t.Fatalf("STATE %q while the library writes every 30 ms, want STOPPED recorded", v.State)
 	}
 	stopWriting()
 	n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Run) }) // a change to look at
-	d.waitLog("the library leaves the transfer file quiet moments again", settle)
+	d.WaitLog("the library leaves the transfer file quiet moments again", settle)
 	terminate(t, d, nil)
 }

@@ -39,8 +39,8 @@ func TestFinalStatusCountsTheLastCommit(t *testing.T) {
 	if w := n.view().Files[0].Written; w != 0 {
 		t.Fatalf("WRITTEN %d recorded before the signal; the test needs the signal's commit to be the only one", w)
 	}
-	d.signal(syscall.SIGTERM)
-	if code := d.wait(settle); code != 0 {
+	d.Signal(syscall.SIGTERM)
+	if code := d.Wait(settle); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
 	w := n.view().Files[0].Written
@@ -54,5 +54,5 @@ func TestFinalStatusCountsTheLastCommit(t *testing.T) {
 	if !strings.Contains(final, want) {
 		t.Errorf("final %q, want %q (WRITTEN %d of %d)", final, want, w, len(data))
 	}
-	d.waitLogAfter(0, settle, `"msg":"stopped"`, fmt.Sprintf(`"bytes_durable":%d`, w))
+	d.WaitLogAfter(0, settle, `"msg":"stopped"`, fmt.Sprintf(`"bytes_durable":%d`, w))
 }

@@ -3,7 +3,6 @@ package test
 import (
 	"encoding/json"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +41,7 @@ func TestFlushRecordTimesTheFlush(t *testing.T) {
 
 	ctl := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command(filepath.Join(binDir, "scr-ctl"), args...).CombinedOutput()
+		out, err := exec.Command(bins.Path(t, testenv.Ctl), args...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("scr-ctl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -81,7 +80,7 @@ func TestFlushRecordTimesTheFlush(t *testing.T) {
 	if el := v.Flush.Ended.Sub(first); el < time.Second {
 		t.Errorf("the flush of 4 MiB at %v B/s recorded as taking %v", slowBW, el)
 	}
-	d.waitLog("flush complete: FLAG DONE set", settle)
+	d.WaitLog("flush complete: FLAG DONE set", settle)
 
 	// A new flush: the library adds a file and asks for RUN (removing DONE).
 	b, _ := n.checkpoint("flushrec-b.ckpt", mib)

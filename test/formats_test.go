@@ -77,7 +77,7 @@ func TestCorruptCheckpointsAreNotFlushed(t *testing.T) {
 			t.Errorf("%s: a corrupt checkpoint reached the PFS", s.name)
 		}
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 }

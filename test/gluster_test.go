@@ -17,6 +17,7 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -36,10 +37,7 @@ func glusterFS(t *testing.T) (g gluster, dir string) {
 	t.Helper()
 	root := os.Getenv("SCR_GLUSTER")
 	if root == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("SCR_GLUSTER is not set: CI brings GlusterFS up with test/gluster/up.sh")
-		}
-		t.Skip("SCR_GLUSTER is not set: bring GlusterFS up with test/gluster/up.sh and export its output as SCR_GLUSTER")
+		testenv.Absent(t, "SCR_GLUSTER is not set: bring GlusterFS up with test/gluster/up.sh and export its output as SCR_GLUSTER")
 	}
 	vol, err := os.ReadFile(filepath.Join(root, "volume"))
 	if err != nil {
@@ -94,17 +92,10 @@ func (g gluster) startBrick(t *testing.T) {
 			t.Fatalf("restarting the brick: %v\n%s", err, out)
 		}
 	}
-	deadline := time.Now().Add(settle)
 	for _, m := range g.nodes {
-		for {
-			_, err := os.ReadDir(m)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s unusable %v after the brick was started: %v", m, settle, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var err error
+		if !testenv.Until(settle, func() bool { _, err = os.ReadDir(m); return err == nil }) {
+			t.Fatalf("%s unusable %v after the brick was started: %v", m, settle, err)
 		}
 	}
 }

@@ -173,18 +173,6 @@ func readRaw(t *testing.T, path string) []byte {
 	return b
 }
 
-// logMark returns the current length of the daemon's log, so that a later
-// waitLogAfter looks only at what the daemon said after this point.
-func (p *proc) logMark() int { return p.LogMark() }
-
-// waitLogAfter waits until the daemon's log, from mark on, contains every
-// one of parts on a single line, and returns that line; it fails as soon
-// as the daemon exits without saying it.
-func (p *proc) waitLogAfter(mark int, timeout time.Duration, parts ...string) string {
-	p.t.Helper()
-	return p.WaitLogAfter(mark, timeout, parts...)
-}
-
 // checkFlushed fails unless every file of v is complete: WRITTEN = SIZE, the
 // recorded CRC is the CRC32 of its source, no ERROR, no partial copy left,
 // and the destination holds exactly the source's bytes.

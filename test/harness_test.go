@@ -6,12 +6,10 @@ package test
 import (
 	"bytes"
 	"crypto/rand"
-	"fmt"
 	"hash/crc32"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +20,8 @@ import (
 )
 
 // bins is this package's once-per-process build of scr-transferd and
-// scr-ctl, with the race detector when the tests run with it.
+// scr-ctl, with the race detector when the tests run with it, built the
+// first time a test asks for it (a run whose tests all skip builds nothing).
 var bins = testenv.NewBinaries(testenv.Build{Race: testenv.Race})
 
 // helperBins is this package's once-per-process build of its helper
@@ -31,19 +30,7 @@ var bins = testenv.NewBinaries(testenv.Build{Race: testenv.Race})
 // transfer file until it is killed.
 var helperBins = testenv.NewBinaries(testenv.Build{Commands: []string{"internal/fusetest/cmd/fusemount", "test/tearwriter"}})
 
-// binDir holds the binaries built once for the whole package, before its
-// tests run.
-var binDir string
-
-func TestMain(m *testing.M) {
-	dir, err := bins.Dir()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	os.Exit(testenv.Main(m, bins, helperBins))
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, bins, helperBins)) }
 
 // node is one compute node's worth of directories: a cache, a PFS and the
 // control directory holding the transfer file.
@@ -149,55 +136,14 @@ func file(v transfer.View, src string) (transfer.File, bool) {
 	return transfer.File{}, false
 }
 
-// proc is a running daemon: a testenv.Process under the names this
-// package's tests use.
-type proc struct {
-	*testenv.Process
-	t    *testing.T
-	cmd  *exec.Cmd       // Process.Cmd
-	log  *syncBuffer     // Process.Log: standard output and error
-	done <-chan struct{} // closed once the daemon has exited
-}
-
-// syncBuffer is the log buffer a test may read while a process writes it.
-type syncBuffer = testenv.SyncBuffer
-
-// start launches scr-transferd on the node's transfer file with extra flags.
-func (n *node) start(flags ...string) *proc {
+// start launches scr-transferd on the node's transfer file with extra flags:
+// it is killed at the end of the test if still running, and its log shown
+// if the test failed.
+func (n *node) start(flags ...string) *testenv.Process {
 	n.t.Helper()
 	args := append([]string{"--retry-min=100ms", "--retry-max=500ms"}, flags...)
 	args = append(args, n.transfer)
-	return n.startCmd(exec.Command(filepath.Join(binDir, "scr-transferd"), args...))
-}
-
-// startCmd starts a daemon command prepared by the caller: it is killed at
-// the end of the test if still running, and its log shown if the test
-// failed.
-func (n *node) startCmd(cmd *exec.Cmd) *proc {
-	n.t.Helper()
-	p := testenv.Start(n.t, cmd)
-	return &proc{Process: p, t: n.t, cmd: p.Cmd, log: p.Log, done: p.Done()}
-}
-
-// signal sends s to the daemon.
-func (p *proc) signal(s syscall.Signal) {
-	p.t.Helper()
-	p.Signal(s)
-}
-
-// wait waits for the daemon to exit and returns its exit code.
-func (p *proc) wait(timeout time.Duration) int {
-	p.t.Helper()
-	return p.Wait(timeout)
-}
-
-// alive reports whether the daemon is still running.
-func (p *proc) alive() bool { return p.Alive() }
-
-// waitLog waits until the daemon's log contains s.
-func (p *proc) waitLog(s string, timeout time.Duration) {
-	p.t.Helper()
-	p.WaitLog(s, timeout)
+	return testenv.Start(n.t, exec.Command(bins.Path(n.t, testenv.Daemon), args...))
 }
 
 // sameFile fails unless path holds exactly want.

@@ -115,29 +115,29 @@ func TestHostileTransferFiles(t *testing.T) {
 	for _, tc := range undecodables() {
 		// Swap the bad image in while a copy is under way, so that the
 		// daemon also tries to record progress in it.
-		d.waitLogAfter(copyMark, settle, "\tcopy\t")
+		d.WaitLogAfter(copyMark, settle, "\tcopy\t")
 		good := readRaw(t, n.transfer)
 		bad := tc.img(good)
 		if _, err := hashfile.Decode(bad); err == nil {
 			t.Fatalf("%s: the hostile image decodes", tc.name)
 		}
-		mark := d.logMark()
+		mark := d.LogMark()
 		good = swapRaw(t, n.transfer, bad)
-		line := d.waitLogAfter(mark, settle, "cannot use the transfer file", n.transfer, tc.want)
+		line := d.WaitLogAfter(mark, settle, "cannot use the transfer file", n.transfer, tc.want)
 		t.Logf("%s: %d bytes: %s", tc.name, len(bad), strings.TrimSpace(truncate(line, 300)))
 		// The copy cannot record its progress: wait for the daemon's
 		// attempt to record that as an ERROR, a second write refused,
 		// before checking that it left the file alone.
-		d.waitLogAfter(mark, settle, "cannot record ERROR in the transfer file", tc.want)
-		if !d.alive() {
+		d.WaitLogAfter(mark, settle, "cannot record ERROR in the transfer file", tc.want)
+		if !d.Alive() {
 			t.Fatalf("%s: the daemon died", tc.name)
 		}
 		if got := readRaw(t, n.transfer); !bytes.Equal(got, bad) {
 			t.Fatalf("%s: the daemon rewrote a transfer file it cannot decode", tc.name)
 		}
-		copyMark = d.logMark()
+		copyMark = d.LogMark()
 		swapRaw(t, n.transfer, good)
-		d.waitLogAfter(copyMark, settle, "transfer file readable again")
+		d.WaitLogAfter(copyMark, settle, "transfer file readable again")
 		v := n.view()
 		if v.State != transfer.Running || v.Done {
 			t.Fatalf("%s: STATE %s DONE %v once the good file is back", tc.name, v.State, v.Done)
@@ -216,7 +216,7 @@ func TestHostileEntries(t *testing.T) {
 	if v.Done {
 		t.Fatal("DONE set while entries are malformed")
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 	// The library rewrites the entries properly: all of them are flushed.
@@ -254,7 +254,7 @@ func TestHostileWrittenBeyondSize(t *testing.T) {
 		t.Fatalf("WRITTEN %d CRC %#x (%v) after the recopy", f.Written, f.CRC, f.HasCRC)
 	}
 	sameFile(t, f.Dest, data)
-	d.waitLog("WRITTEN 5000 exceeds SIZE 1000", settle)
+	d.WaitLog("WRITTEN 5000 exceeds SIZE 1000", settle)
 }
 
 // TestHostileLimits gives the daemon malformed BW and PERCENT values in the
@@ -280,9 +280,9 @@ func TestHostileLimits(t *testing.T) {
 		{transfer.KeyPercent, "lots", `PERCENT \"lots\" is not a number`},
 		{transfer.KeyPercent, "-1", `PERCENT \"-1\" is not a non-negative number`},
 	} {
-		mark := d.logMark()
+		mark := d.LogMark()
 		n.library(func(t *hashfile.Tree) { t.SetValue(tc.key, tc.value) })
-		d.waitLogAfter(mark, settle, "transfer file value not taken as written", tc.want)
+		d.WaitLogAfter(mark, settle, "transfer file value not taken as written", tc.want)
 		if tc.key != transfer.KeyBW {
 			continue
 		}
@@ -296,7 +296,7 @@ func TestHostileLimits(t *testing.T) {
 			t.Fatalf("BW %q: the copy went on at %.1f MB/s, the last good limit is %.1f MB/s", tc.value, rate/1e6, bw/1e6)
 		}
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 	n.library(func(t *hashfile.Tree) {
@@ -325,7 +325,7 @@ func TestHostileGiantKeys(t *testing.T) {
 		t.SetValue(transfer.KeyCommand, "RUN"+giant)
 	})
 	d := n.start()
-	d.waitLog("unknown COMMAND ignored", settle)
+	d.WaitLog("unknown COMMAND ignored", settle)
 	if v := n.view(); v.State != transfer.Stopped || v.Files[0].Written != 0 {
 		t.Fatalf("a 1 MiB COMMAND changed something: STATE %s", v.State)
 	}
@@ -353,7 +353,7 @@ func TestHostileGiantKeys(t *testing.T) {
 	if note, _ := tree.Lookup(giant).Value("NOTE"); note != "unknown to the protocol" {
 		t.Fatal("the library's unknown 1 MiB key was not kept")
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 	n.library(func(t *hashfile.Tree) {
@@ -383,18 +383,18 @@ func TestHostileFileNoBusyLoop(t *testing.T) {
 	good := readRaw(t, n.transfer)
 	bad := bytes.Clone(good)
 	bad[len(bad)/2] ^= 0x40
-	mark := d.logMark()
+	mark := d.LogMark()
 	writeRaw(t, n.transfer, bad)
-	d.waitLogAfter(mark, settle, "cannot use the transfer file", "CRC mismatch")
+	d.WaitLogAfter(mark, settle, "cannot use the transfer file", "CRC mismatch")
 	const window = 2 * time.Second
-	before := cpuTime(t, d.cmd.Process.Pid)
+	before := cpuTime(t, d.Pid())
 	time.Sleep(window)
-	used := cpuTime(t, d.cmd.Process.Pid) - before
+	used := cpuTime(t, d.Pid()) - before
 	t.Logf("CPU time over %v with an undecodable transfer file: %v", window, used)
 	if used > window/4 {
 		t.Errorf("the daemon used %v of CPU in %v while the transfer file could not be decoded: it spins", used, window)
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 	if got := readRaw(t, n.transfer); !bytes.Equal(got, bad) {

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -67,7 +67,7 @@ func TestSourceReplacedByRename(t *testing.T) {
 			d := n.start("--sync-interval=100ms")
 			n.waitFor("bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 })
 			fresh := newContent(t, 8*mib)
-			mark := d.logMark()
+			mark := d.LogMark()
 			n.library(func(tr *hashfile.Tree) {
 				replaceByRename(t, src, fresh)
 				if readd {
@@ -87,9 +87,9 @@ func TestSourceReplacedByRename(t *testing.T) {
 			})
 			checkFlushed(t, v, map[string][]byte{src: fresh})
 			if readd {
-				d.waitLogAfter(mark, settle, "copy abandoned")
+				d.WaitLogAfter(mark, settle, "copy abandoned")
 			} else {
-				d.waitLogAfter(mark, settle, "source replaced or rewritten", "another file now")
+				d.WaitLogAfter(mark, settle, "source replaced or rewritten", "another file now")
 			}
 		})
 	}
@@ -108,8 +108,8 @@ func TestSourceRewrittenWhileDown(t *testing.T) {
 	})
 	d := n.start("--sync-interval=100ms")
 	n.waitFor("bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 })
-	d.signal(syscall.SIGTERM)
-	if code := d.wait(settle); code != 0 {
+	d.Signal(syscall.SIGTERM)
+	if code := d.Wait(settle); code != 0 {
 		t.Fatalf("daemon exited %d", code)
 	}
 	if w := n.view().Files[0].Written; w == 0 {
@@ -129,7 +129,7 @@ func TestSourceRewrittenWhileDown(t *testing.T) {
 	d = n.start("--sync-interval=100ms")
 	v := n.waitFor("DONE", settle, done)
 	checkFlushed(t, v, map[string][]byte{src: fresh})
-	d.waitLog("the source changed since partial copy", settle)
+	d.WaitLog("the source changed since partial copy", settle)
 }
 
 // TestLibraryResetsWritten: when the library sets WRITTEN back to 0 during
@@ -148,20 +148,21 @@ func TestLibraryResetsWritten(t *testing.T) {
 	before := v.Files[0].Written
 	// Reset WRITTEN and slow the copy to a crawl (1 byte/s), so that no
 	// WRITTEN as large as the old progress can come from a new copy.
-	mark := d.logMark()
+	mark := d.LogMark()
 	n.library(func(tr *hashfile.Tree) {
 		tr.Lookup(transfer.KeyFiles, src).SetUint(transfer.KeyWritten, 0)
 		transfer.SetBW(tr, 1)
 	})
-	deadline := time.Now().Add(settle)
-	for !containsAfter(d, mark, "copy abandoned") {
+	if !testenv.Until(settle, func() bool {
+		if containsAfter(d, mark, "copy abandoned") {
+			return true
+		}
 		if w := n.view().Files[0].Written; w >= before {
 			t.Fatalf("WRITTEN %d recorded over the library's 0 (the copy had reached %d)", w, before)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon never stopped the copy whose WRITTEN the library reset:\n%s", d.log.String())
-		}
-		time.Sleep(5 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("the daemon never stopped the copy whose WRITTEN the library reset:\n%s", d.Log.String())
 	}
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
 	v = n.waitFor("DONE", settle, done)
@@ -169,7 +170,7 @@ func TestLibraryResetsWritten(t *testing.T) {
 }
 
 // containsAfter tells whether the daemon's log holds s after byte mark.
-func containsAfter(p *proc, mark int, s string) bool {
-	l := p.log.String()
+func containsAfter(p *testenv.Process, mark int, s string) bool {
+	l := p.Log.String()
 	return len(l) > mark && strings.Contains(l[mark:], s)
 }

@@ -10,20 +10,20 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/instance"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
 // alive returns the daemons of procs still running.
-func aliveOf(procs ...*proc) []*proc {
-	var out []*proc
+func aliveOf(procs ...*testenv.Process) []*testenv.Process {
+	var out []*testenv.Process
 	for _, p := range procs {
-		if p.alive() {
+		if p.Alive() {
 			out = append(out, p)
 		}
 	}
@@ -32,20 +32,22 @@ func aliveOf(procs ...*proc) []*proc {
 
 // waitOneServes waits until exactly one of procs runs and fails if that
 // does not come to pass within settle. It returns the one.
-func waitOneServes(t *testing.T, procs ...*proc) *proc {
+func waitOneServes(t *testing.T, procs ...*testenv.Process) *testenv.Process {
 	t.Helper()
-	deadline := time.Now().Add(settle)
-	for {
-		if a := aliveOf(procs...); len(a) == 1 {
-			return a[0]
-		} else if len(a) == 0 {
+	var one *testenv.Process
+	if !testenv.Until(settle, func() bool {
+		a := aliveOf(procs...)
+		if len(a) == 0 {
 			t.Fatal("no daemon serves the transfer file")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d daemons serve one transfer file %v after it was started", len(aliveOf(procs...)), settle)
+		if len(a) == 1 {
+			one = a[0]
 		}
-		time.Sleep(10 * time.Millisecond)
+		return one != nil
+	}) {
+		t.Fatalf("%d daemons serve one transfer file %v after it was started", len(aliveOf(procs...)), settle)
 	}
+	return one
 }
 
 // TestInstanceLockSurvivesRemoval: a job script's "rm -rf $cntldir/*"
@@ -91,7 +93,7 @@ func TestInstanceLockSurvivesRemoval(t *testing.T) {
 			if server == first {
 				loser = second
 			}
-			if code := loser.wait(settle); code != 3 {
+			if code := loser.Wait(settle); code != 3 {
 				t.Errorf("the daemon that does not serve exited %d, want 3 (another daemon serves the file)", code)
 			}
 			// The library starts over if its file went with the directory.
@@ -109,8 +111,8 @@ func TestInstanceLockSurvivesRemoval(t *testing.T) {
 			}
 			pid, held, err := instance.Holder(n.transfer)
 			must(t, err)
-			if !held || pid != server.cmd.Process.Pid {
-				t.Fatalf("lock held %v by PID %d, want the serving daemon's %d", held, pid, server.cmd.Process.Pid)
+			if !held || pid != server.Pid() {
+				t.Fatalf("lock held %v by PID %d, want the serving daemon's %d", held, pid, server.Pid())
 			}
 		})
 	}
@@ -151,51 +153,45 @@ func TestStartsOnFullControlFS(t *testing.T) {
 		d := n.start()
 		waitHolder(t, n, d, fmt.Sprintf("round %d: the daemon on a full control file system", round))
 		second := n.start()
-		if code := second.wait(settle); code == 0 {
+		if code := second.Wait(settle); code == 0 {
 			t.Fatalf("round %d: a second daemon started beside the first on a full control file system", round)
 		}
-		if !d.alive() {
+		if !d.Alive() {
 			t.Fatalf("round %d: the daemon died", round)
 		}
 		if round == 0 {
-			d.signal(syscall.SIGKILL)
-			d.wait(settle)
+			d.Signal(syscall.SIGKILL)
+			d.Wait(settle)
 			continue
 		}
 		free()
 		v := n.waitFor("DONE once there is room", settle, done)
 		checkFlushed(t, v, map[string][]byte{src: data})
-		deadline := time.Now().Add(settle)
-		for {
+		var says []byte
+		if !testenv.Until(settle, func() bool {
 			f, err := os.Open(instance.LockPath(n.transfer))
 			must(t, err)
 			b := make([]byte, 32)
 			k, _ := f.Read(b)
 			f.Close()
-			if strings.TrimSpace(string(b[:k])) == strconv.Itoa(d.cmd.Process.Pid) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the lock file says %q once there is room, want PID %d", b[:k], d.cmd.Process.Pid)
-			}
-			time.Sleep(20 * time.Millisecond)
+			says = b[:k]
+			return strings.TrimSpace(string(says)) == strconv.Itoa(d.Pid())
+		}) {
+			t.Fatalf("the lock file says %q once there is room, want PID %d", says, d.Pid())
 		}
 	}
 }
 
 // waitHolder waits until d holds the instance lock of n's transfer file,
 // as the kernel lists it, failing if d exits first or it takes settle.
-func waitHolder(t *testing.T, n *node, d *proc, what string) {
+func waitHolder(t *testing.T, n *node, d *testenv.Process, what string) {
 	t.Helper()
-	deadline := time.Now().Add(settle)
-	for {
-		if pid, held, err := instance.Holder(n.transfer); err == nil && held && pid == d.cmd.Process.Pid {
-			return
-		}
-		if !d.alive() || time.Now().After(deadline) {
-			t.Fatalf("%s never held its instance lock:\n%s", what, d.log.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+	holds := func() bool {
+		pid, held, err := instance.Holder(n.transfer)
+		return err == nil && held && pid == d.Pid()
+	}
+	if !testenv.Until(settle, func() bool { return holds() || !d.Alive() }) || !holds() {
+		t.Fatalf("%s never held its instance lock:\n%s", what, d.Log.String())
 	}
 }
 
@@ -215,11 +211,11 @@ func TestForeignLockFileSaysSo(t *testing.T) {
 	must(t, os.Chown(lock, nobody, nobody))
 
 	d := n.start()
-	if code := d.wait(settle); code == 0 {
+	if code := d.Wait(settle); code == 0 {
 		t.Fatal("the daemon started on another user's lock file")
 	}
-	if want := "belongs to uid 65534"; !strings.Contains(d.log.String(), want) {
-		t.Fatalf("log does not say %q:\n%s", want, d.log.String())
+	if want := "belongs to uid 65534"; !strings.Contains(d.Log.String(), want) {
+		t.Fatalf("log does not say %q:\n%s", want, d.Log.String())
 	}
 
 	// Held by a live process of that user, who must reach the file.
@@ -232,21 +228,14 @@ func TestForeignLockFileSaysSo(t *testing.T) {
 	holder.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	must(t, holder.Start())
 	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
-	deadline := time.Now().Add(settle)
-	for {
-		if _, held, err := instance.Holder(n.transfer); err == nil && held {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the other user's flock never took the lock")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testenv.Until(settle, func() bool { _, held, err := instance.Holder(n.transfer); return err == nil && held }) {
+		t.Fatal("the other user's flock never took the lock")
 	}
 	d = n.start()
-	if code := d.wait(settle); code == 0 {
+	if code := d.Wait(settle); code == 0 {
 		t.Fatal("the daemon started on a lock another user holds")
 	}
-	log := d.log.String()
+	log := d.Log.String()
 	if !strings.Contains(log, "of another user, uid 65534") || strings.Contains(log, "999999") {
 		t.Fatalf("log does not name the holding user, or names the dead PID 999999:\n%s", log)
 	}

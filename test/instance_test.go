@@ -27,25 +27,25 @@ func TestSecondDaemonRefused(t *testing.T) {
 	n.waitFor("bytes durable", settle, func(v transfer.View) bool { return v.Files[0].Written > 0 })
 
 	second := n.start()
-	if code := second.wait(settle); code == 0 {
+	if code := second.Wait(settle); code == 0 {
 		t.Fatal("a second daemon on the same transfer file exited 0")
 	}
-	want := fmt.Sprintf("already served by PID %d (lock %s)", first.cmd.Process.Pid, instance.LockPath(n.transfer))
-	if !strings.Contains(second.log.String(), want) {
-		t.Fatalf("second daemon's log does not say %q:\n%s", want, second.log.String())
+	want := fmt.Sprintf("already served by PID %d (lock %s)", first.Pid(), instance.LockPath(n.transfer))
+	if !strings.Contains(second.Log.String(), want) {
+		t.Fatalf("second daemon's log does not say %q:\n%s", want, second.Log.String())
 	}
-	if !first.alive() {
+	if !first.Alive() {
 		t.Fatal("the first daemon died")
 	}
 
-	first.signal(syscall.SIGKILL)
-	first.wait(settle)
+	first.Signal(syscall.SIGKILL)
+	first.Wait(settle)
 	f := n.view().Files[0]
 	durablePrefixOK(t, f, data)
 	n.library(func(tr *hashfile.Tree) { transfer.SetBW(tr, noLimit) })
 	// JSON: the exact byte count (the console writes it in MiB).
 	third := n.start("--log-format=json")
-	third.waitLog(`"from":`+strconv.FormatInt(f.Written, 10), settle)
+	third.WaitLog(`"from":`+strconv.FormatInt(f.Written, 10), settle)
 	v := n.waitFor("DONE after the restart", settle, done)
 	checkFlushed(t, v, map[string][]byte{src: data})
 }
@@ -81,14 +81,14 @@ func TestLateSecondDaemonCannotCorrupt(t *testing.T) {
 		return complete >= 1 && begun >= 1
 	})
 	late := n.start("--sync-interval=100ms")
-	if code := late.wait(settle); code == 0 {
+	if code := late.Wait(settle); code == 0 {
 		t.Fatal("a late second daemon exited 0")
 	}
-	if !strings.Contains(late.log.String(), "already served by PID "+strconv.Itoa(first.cmd.Process.Pid)) {
-		t.Fatalf("late daemon's log:\n%s", late.log.String())
+	if !strings.Contains(late.Log.String(), "already served by PID "+strconv.Itoa(first.Pid())) {
+		t.Fatalf("late daemon's log:\n%s", late.Log.String())
 	}
-	first.signal(syscall.SIGKILL)
-	first.wait(settle)
+	first.Signal(syscall.SIGKILL)
+	first.Wait(settle)
 	v := n.view()
 	for _, f := range v.Files {
 		durablePrefixOK(t, f, srcs[f.Src])

@@ -2,11 +2,11 @@ package test
 
 import (
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -31,16 +31,16 @@ func TestBadLimitsSaidAlikeByDaemonAndStatus(t *testing.T) {
 		{bw: "banana", pct: "20", problem: `BW \"banana\" is not a number`,
 			inForce: `"bw_in_force":1`, statusHdr: "BW (previous value kept, see problem)  PERCENT 20%"},
 	} {
-		mark := d.logMark()
+		mark := d.LogMark()
 		n.library(func(tr *hashfile.Tree) {
 			tr.SetValue(transfer.KeyBW, tc.bw)
 			tr.SetValue(transfer.KeyPercent, tc.pct)
 		})
-		line := d.waitLogAfter(mark, settle, "transfer file value not taken as written", tc.problem)
+		line := d.WaitLogAfter(mark, settle, "transfer file value not taken as written", tc.problem)
 		if !strings.Contains(line, `"level":"warn"`) || !strings.Contains(line, tc.inForce) {
 			t.Errorf("BW %s PERCENT %s: log line %s; want a warning with %s", tc.bw, tc.pct, line, tc.inForce)
 		}
-		out, err := exec.Command(filepath.Join(binDir, "scr-ctl"), "status", n.transfer).CombinedOutput()
+		out, err := exec.Command(bins.Path(t, testenv.Ctl), "status", n.transfer).CombinedOutput()
 		if err != nil {
 			t.Fatalf("scr-ctl status: %v\n%s", err, out)
 		}
@@ -49,7 +49,7 @@ func TestBadLimitsSaidAlikeByDaemonAndStatus(t *testing.T) {
 			t.Errorf("BW %s PERCENT %s: status\n%s\nwant %q and %q", tc.bw, tc.pct, out, tc.statusHdr, want)
 		}
 	}
-	if c := strings.Count(d.log.String(), "PERCENT 150.000000 is above 100"); c != 1 {
+	if c := strings.Count(d.Log.String(), "PERCENT 150.000000 is above 100"); c != 1 {
 		t.Errorf("the PERCENT problem logged %d times; want once", c)
 	}
 }

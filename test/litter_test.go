@@ -63,14 +63,14 @@ func TestNoPartialCopyLitter(t *testing.T) {
 			if _, err := os.Stat(partial); err != nil {
 				t.Fatalf("no partial copy mid-flush: %v", err)
 			}
-			mark := d.logMark()
+			mark := d.LogMark()
 			n.library(func(tr *hashfile.Tree) { tc.edit(tr, n, src, int64(len(data))) })
 			waitGone(t, partial, settle)
-			d.waitLogAfter(mark, settle, "removed partial copy", partial)
+			d.WaitLogAfter(mark, settle, "removed partial copy", partial)
 			if tc.rest != nil {
 				tc.rest(t, n, src, data)
 			}
-			if !d.alive() {
+			if !d.Alive() {
 				t.Fatal("daemon died")
 			}
 		})
@@ -102,7 +102,7 @@ func TestLeftoverPartialsRemovedAtStart(t *testing.T) {
 
 	d := n.start()
 	waitGone(t, gone, settle)
-	d.waitLog("partial copy left: another process is writing it", settle)
+	d.WaitLog("partial copy left: another process is writing it", settle)
 	v := n.waitFor("DONE", settle, done)
 	checkFlushed(t, v, map[string][]byte{src: data})
 	for _, p := range []string{busy, elsewhere} {

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -45,20 +44,12 @@ func holdTransferLock(t *testing.T, path string) (release func()) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), holdLockEnv+"="+path)
-	out, err := cmd.StdoutPipe()
-	must(t, err)
-	must(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	release = func() {
-		_ = cmd.Process.Kill()
-		<-done
+	p := testenv.Start(t, cmd)
+	p.WaitLogAfter(0, settle, "locked")
+	return func() {
+		_ = p.Cmd.Process.Kill()
+		<-p.Done()
 	}
-	t.Cleanup(release)
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "locked\n" {
-		t.Fatalf("lock holder: %q", line)
-	}
-	return release
 }
 
 // notifySocket listens on a unixgram socket as systemd does for
@@ -105,15 +96,15 @@ func awaitNote(t *testing.T, notes <-chan string, what string, ok func(string) b
 }
 
 // startEnv is node.start with extra environment variables.
-func (n *node) startEnv(env []string, flags ...string) *proc {
+func (n *node) startEnv(env []string, flags ...string) *testenv.Process {
 	n.t.Helper()
 	args := append([]string{"--retry-min=100ms", "--retry-max=500ms"}, flags...)
 	args = append(args, n.transfer)
-	cmd := exec.Command(filepath.Join(binDir, "scr-transferd"), args...)
+	cmd := exec.Command(bins.Path(n.t, testenv.Daemon), args...)
 	// A binary built with -race sleeps a second at exit (the race
 	// runtime's atexit_sleep_ms) unless told not to.
 	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), env...)
-	return n.startCmd(cmd)
+	return testenv.Start(n.t, cmd)
 }
 
 // TestLibraryHoldsTheLock: another process holds the transfer file's lock
@@ -165,8 +156,8 @@ func TestLibraryHoldsTheLock(t *testing.T) {
 	}
 
 	terminate(t, d, nil)
-	if !strings.Contains(d.log.String(), "exiting without recording STATE EXITING") {
-		t.Fatalf("the log does not say EXITING could not be recorded:\n%s", d.log.String())
+	if !strings.Contains(d.Log.String(), "exiting without recording STATE EXITING") {
+		t.Fatalf("the log does not say EXITING could not be recorded:\n%s", d.Log.String())
 	}
 	release()
 
@@ -206,7 +197,7 @@ func TestStopWhileTheLibraryHoldsTheLock(t *testing.T) {
 	})
 	// The library's update ends once the daemon has begun to stop.
 	terminate(t, d, func() {
-		d.waitLog("signal received: stopping", settle)
+		d.WaitLog("signal received: stopping", settle)
 		release()
 	})
 	f := n.view().Files[0]
@@ -220,14 +211,14 @@ func TestStopWhileTheLibraryHoldsTheLock(t *testing.T) {
 // terminate sends the daemon SIGTERM, runs meanwhile (if not nil) while
 // it stops, and fails unless it exits 0 within the second a signal is
 // answered in, whatever holds the lock.
-func terminate(t *testing.T, d *proc, meanwhile func()) {
+func terminate(t *testing.T, d *testenv.Process, meanwhile func()) {
 	t.Helper()
 	sent := time.Now()
-	d.signal(syscall.SIGTERM)
+	d.Signal(syscall.SIGTERM)
 	if meanwhile != nil {
 		meanwhile()
 	}
-	code := d.wait(settle)
+	code := d.Wait(settle)
 	took := time.Since(sent)
 	t.Logf("SIGTERM answered in %v", took)
 	if code != 0 {

@@ -23,16 +23,16 @@ func TestLogsConsole(t *testing.T) {
 		transfer.SetCommand(t, transfer.Run)
 	})
 	d := n.start("--log-level=debug", "--progress-interval=200ms", "--sync-interval=100ms")
-	d.waitLog("limits\t{\"bw\": \"1.00 MiB/s\", \"percent\": \"unlimited\"}", settle)
-	d.waitLog("\tprogress\t{\"src\": \""+p+"\"", settle)
-	mark := d.logMark()
+	d.WaitLog("limits\t{\"bw\": \"1.00 MiB/s\", \"percent\": \"unlimited\"}", settle)
+	d.WaitLog("\tprogress\t{\"src\": \""+p+"\"", settle)
+	mark := d.LogMark()
 	n.library(func(t *hashfile.Tree) { transfer.SetBW(t, 2<<20) })
-	d.waitLogAfter(mark, settle, "limits changed", `"bw": "2.00 MiB/s"`)
+	d.WaitLogAfter(mark, settle, "limits changed", `"bw": "2.00 MiB/s"`)
 	n.waitFor("DONE", settle, done)
 	sameFile(t, n.dest("a.ckpt"), data)
-	d.waitLog("flush complete: FLAG DONE set", settle)
+	d.WaitLog("flush complete: FLAG DONE set", settle)
 
-	log := d.log.String()
+	log := d.Log.String()
 	for _, want := range []string{
 		`copy	{"src": "` + p + `", "dest": "` + n.dest("a.ckpt") + `", "size": "4.00 MiB", "from": "0 B"}`,
 		`"written": "`, `"percent": `, `"rate": "`, `"eta": "`, // progress
@@ -69,14 +69,14 @@ func TestLogsJSON(t *testing.T) {
 	})
 	d := n.start("--log-format=json", "--progress-interval=200ms")
 	n.waitFor("DONE", settle, done)
-	d.waitLog("flush complete", settle)
+	d.WaitLog("flush complete", settle)
 	n.library(func(t *hashfile.Tree) { transfer.SetCommand(t, transfer.Exit) })
-	if code := d.wait(settle); code != 0 {
+	if code := d.Wait(settle); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
 
 	seen := map[string]map[string]any{}
-	for _, rec := range jsonRecords(t, d.log.String()) {
+	for _, rec := range jsonRecords(t, d.Log.String()) {
 		msg, _ := rec["msg"].(string)
 		seen[msg] = rec
 	}
@@ -122,10 +122,10 @@ func TestLogsBatchAsAWhole(t *testing.T) {
 	data := n.smallFilesToRun(files, 1024)
 	d := n.start("--log-format=json")
 	checkFlushed(t, n.waitFor("DONE", settle, done), data)
-	d.waitLog("flush complete", settle)
+	d.WaitLog("flush complete", settle)
 	count := map[string]int{}
 	var batched float64
-	for _, rec := range jsonRecords(t, d.log.String()) {
+	for _, rec := range jsonRecords(t, d.Log.String()) {
 		msg, _ := rec["msg"].(string)
 		count[msg]++
 		if msg == "flushed a batch of files" {

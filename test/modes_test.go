@@ -79,12 +79,12 @@ func runKVTreeClient(t *testing.T, path string, mask int, files map[string]strin
 }
 
 // startUmask starts the daemon under umask mask.
-func (n *node) startUmask(mask int, flags ...string) *proc {
+func (n *node) startUmask(mask int, flags ...string) *testenv.Process {
 	n.t.Helper()
-	args := []string{"-c", fmt.Sprintf(`umask %03o && exec "$0" "$@"`, mask), filepath.Join(binDir, "scr-transferd"),
+	args := []string{"-c", fmt.Sprintf(`umask %03o && exec "$0" "$@"`, mask), bins.Path(n.t, testenv.Daemon),
 		"--retry-min=100ms", "--retry-max=500ms"}
 	args = append(append(args, flags...), n.transfer)
-	return n.startCmd(exec.Command("/bin/sh", args...))
+	return testenv.Start(n.t, exec.Command("/bin/sh", args...))
 }
 
 func perm(t *testing.T, path string) os.FileMode {
@@ -129,7 +129,7 @@ func umaskCase(t *testing.T, mask int, libraryFirst, strict bool) {
 	if strict {
 		flags = append(flags, "--strict-modes")
 	}
-	var d *proc
+	var d *testenv.Process
 	if libraryFirst {
 		runKVTreeClient(t, n.transfer, mask, files, srcs)
 		if want := os.FileMode(0o666 &^ mask); perm(t, n.transfer) != want {
@@ -138,11 +138,11 @@ func umaskCase(t *testing.T, mask int, libraryFirst, strict bool) {
 		d = n.startUmask(mask, flags...)
 		if strict && mask&0o020 == 0 {
 			// The library's group-writable files are refused, with a reason.
-			if code := d.wait(settle); code == 0 {
+			if code := d.Wait(settle); code == 0 {
 				t.Fatal("--strict-modes accepted a group-writable transfer file")
 			}
-			if !strings.Contains(d.log.String(), "under --strict-modes") {
-				t.Fatalf("the refusal does not name --strict-modes:\n%s", d.log.String())
+			if !strings.Contains(d.Log.String(), "under --strict-modes") {
+				t.Fatalf("the refusal does not name --strict-modes:\n%s", d.Log.String())
 			}
 			return
 		}
@@ -157,10 +157,10 @@ func umaskCase(t *testing.T, mask int, libraryFirst, strict bool) {
 	v := n.waitFor("DONE", settle, done)
 	checkFlushed(t, v, srcs)
 	groupWritable := perm(t, n.transfer)&0o020 != 0 || perm(t, filepath.Dir(n.transfer))&0o020 != 0
-	if logged := strings.Contains(d.log.String(), "trusting a group-writable"); logged != groupWritable {
+	if logged := strings.Contains(d.Log.String(), "trusting a group-writable"); logged != groupWritable {
 		t.Errorf("group-writable files %v, but the start logged the group: %v", groupWritable, logged)
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("the daemon exited")
 	}
 }

@@ -31,8 +31,8 @@ func TestDescriptorsBoundedByLimit(t *testing.T) {
 			}
 			n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Run) })
 			cmd := exec.Command("prlimit", fmt.Sprintf("--nofile=%d:%d", limit, limit), "--",
-				filepath.Join(binDir, "scr-transferd"), "--retry-min=100ms", "--retry-max=500ms", n.transfer)
-			n.startCmd(cmd)
+				bins.Path(t, testenv.Daemon), "--retry-min=100ms", "--retry-max=500ms", n.transfer)
+			testenv.Start(n.t, cmd)
 			var errs []string
 			v := n.waitFor("DONE", 3*settle, func(v transfer.View) bool {
 				for _, f := range v.Files {

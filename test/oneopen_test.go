@@ -112,7 +112,7 @@ func TestVerifiedSourceOpenedOnce(t *testing.T) {
 			t.Errorf("%s: a corrupt checkpoint reached the PFS", s.name)
 		}
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 }
@@ -150,7 +150,7 @@ func TestVerifyNeverOpensOutsideAllowSrc(t *testing.T) {
 		t.Errorf("files outside --allow-src were opened: %v", got)
 	}
 	sameFile(t, n.dest("ok.ckpt"), okData)
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 }

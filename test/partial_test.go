@@ -66,8 +66,8 @@ func TestPartialCopyOnlyTheDaemonWrites(t *testing.T) {
 				if p := perm(t, partial); p != 0o600 {
 					t.Errorf("partial copy created with mode %#o, want 0600", p)
 				}
-				d.signal(syscall.SIGTERM)
-				if code := d.wait(settle); code != 0 {
+				d.Signal(syscall.SIGTERM)
+				if code := d.Wait(settle); code != 0 {
 					t.Fatalf("daemon exited %d", code)
 				}
 				if f := n.view().Files[0]; f.Written == 0 || f.Written >= f.Size {

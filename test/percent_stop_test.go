@@ -41,8 +41,8 @@ func TestStopUnderPercentSavesProgress(t *testing.T) {
 				n.library(func(t *hashfile.Tree) { transfer.SetCommand(t, transfer.Stop) })
 				n.waitFor("STOPPED", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
 			case "SIGTERM":
-				d.signal(syscall.SIGTERM)
-				if code := d.wait(settle); code != 0 {
+				d.Signal(syscall.SIGTERM)
+				if code := d.Wait(settle); code != 0 {
 					t.Fatalf("daemon exited %d", code)
 				}
 			}
@@ -50,8 +50,8 @@ func TestStopUnderPercentSavesProgress(t *testing.T) {
 			if f.Written == 0 {
 				t.Fatalf("after %s mid-batch, WRITTEN is still 0: the copied bytes were not committed (ERROR %q)", how, f.Error)
 			}
-			if f.Error != "" || strings.Contains(d.log.String(), "saving progress") {
-				t.Fatalf("after %s: ERROR %q; log:\n%s", how, f.Error, d.log.String())
+			if f.Error != "" || strings.Contains(d.Log.String(), "saving progress") {
+				t.Fatalf("after %s: ERROR %q; log:\n%s", how, f.Error, d.Log.String())
 			}
 			durablePrefixOK(t, f, data)
 		})

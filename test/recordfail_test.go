@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -58,7 +58,7 @@ func TestFailedRecordNotCopiedAgain(t *testing.T) {
 	}
 	must(t, f.Close())
 
-	mark := d.logMark()
+	mark := d.LogMark()
 	transfer.SetCommand(tr, transfer.Run)
 	transfer.SetBW(tr, 8e6) // each attempt takes a moment
 	padTo(t, tr, size)
@@ -66,8 +66,7 @@ func TestFailedRecordNotCopiedAgain(t *testing.T) {
 
 	// The first attempt publishes the three files.
 	first := map[string]uint64{}
-	deadline := time.Now().Add(settle)
-	for len(first) < len(dests) {
+	if !testenv.Until(settle, func() bool {
 		for _, p := range dests {
 			var st unix.Stat_t
 			if unix.Stat(p, &st) == nil {
@@ -76,18 +75,15 @@ func TestFailedRecordNotCopiedAgain(t *testing.T) {
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the files were never published:\n%s", d.log.String()[mark:])
-		}
-		time.Sleep(5 * time.Millisecond)
+		return len(first) == len(dests)
+	}) {
+		t.Fatalf("the files were never published:\n%s", d.Log.String()[mark:])
 	}
 	// Three more attempts (each logs its files), with the record failing.
-	deadline = time.Now().Add(settle)
-	for strings.Count(d.log.String()[mark:], "\tcopy\t") < 4*len(dests) {
-		if time.Now().After(deadline) || !d.alive() {
-			t.Fatalf("the daemon did not retry:\n%s", d.log.String()[mark:])
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testenv.Until(settle, func() bool {
+		return strings.Count(d.Log.String()[mark:], "\tcopy\t") >= 4*len(dests) || !d.Alive()
+	}) || strings.Count(d.Log.String()[mark:], "\tcopy\t") < 4*len(dests) {
+		t.Fatalf("the daemon did not retry:\n%s", d.Log.String()[mark:])
 	}
 	if v := n.view(); v.Done {
 		t.Fatal("DONE recorded while the transfer file could not grow")

@@ -46,7 +46,7 @@ func TestScale(t *testing.T) {
 
 	shared := filepath.Join(t.TempDir(), "pfs")
 	nodes := make([]*node, count)
-	procs := make([]*proc, count)
+	procs := make([]*testenv.Process, count)
 	srcs := make([]string, count)
 	for i := range nodes {
 		n := newNode(t)
@@ -73,8 +73,8 @@ func TestScale(t *testing.T) {
 		runAt[i] = mtime(t, n.transfer)
 	}
 	doneAt := make([]time.Time, count)
-	deadline := time.Now().Add(10*expected + time.Minute)
-	for left := count; left > 0; {
+	left := count
+	if !testenv.Until(10*expected+time.Minute, func() bool {
 		for i, n := range nodes {
 			if !doneAt[i].IsZero() {
 				continue
@@ -89,10 +89,9 @@ func TestScale(t *testing.T) {
 				checkFlushedFile(t, v, srcs[i])
 			}
 		}
-		if left > 0 && time.Now().After(deadline) {
-			t.Fatalf("%d of %d daemons not DONE after %v", left, count, time.Since(runAt[0]))
-		}
-		time.Sleep(10 * time.Millisecond)
+		return left == 0
+	}) {
+		t.Fatalf("%d of %d daemons not DONE after %v", left, count, time.Since(runAt[0]))
 	}
 
 	durs := make([]time.Duration, count)
@@ -113,7 +112,7 @@ func TestScale(t *testing.T) {
 		sorted[0].Round(time.Millisecond), sorted[count/2].Round(time.Millisecond), sorted[count-1].Round(time.Millisecond), ratio, worst)
 	for i, n := range nodes {
 		n.library(func(t *hashfile.Tree) { transfer.SetCommand(t, transfer.Exit) })
-		if code := procs[i].wait(settle); code != 0 {
+		if code := procs[i].Wait(settle); code != 0 {
 			t.Errorf("daemon %d: exit code %d after EXIT", i, code)
 		}
 	}

@@ -23,10 +23,7 @@ const nobody = 65534
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("this test changes file owners and needs root, as CI has")
-		}
-		t.Skip("needs root to change file owners")
+		testenv.Absent(t, "needs root to change file owners")
 	}
 }
 
@@ -79,11 +76,11 @@ func TestRefusesForeignOrWritableTransferFile(t *testing.T) {
 			must(t, err)
 			tc.setup(t, n)
 			d := n.start(tc.flags...)
-			if code := d.wait(settle); code == 0 {
+			if code := d.Wait(settle); code == 0 {
 				t.Fatal("the daemon accepted an unsafe transfer file")
 			}
-			if !strings.Contains(d.log.String(), tc.want) {
-				t.Fatalf("log does not say %q:\n%s", tc.want, d.log.String())
+			if !strings.Contains(d.Log.String(), tc.want) {
+				t.Fatalf("log does not say %q:\n%s", tc.want, d.Log.String())
 			}
 			after, err := os.ReadFile(n.transfer)
 			must(t, err)
@@ -138,7 +135,7 @@ func TestConfinedPaths(t *testing.T) {
 		t.Fatal("a file was written outside --allow-dest")
 	}
 	sameFile(t, n.dest("ok.ckpt"), okData)
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 }
@@ -208,9 +205,9 @@ func TestRunsUnprivilegedWithUmaskModes(t *testing.T) {
 			must(t, os.Chmod(d, fi.Mode().Perm()|0o001))
 		}
 	}
-	cmd := exec.Command(filepath.Join(binDir, "scr-transferd"), n.transfer)
+	cmd := exec.Command(bins.Path(t, testenv.Daemon), n.transfer)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	log := &syncBuffer{}
+	log := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	oldMask := syscall.Umask(0o027)
 	err := cmd.Start()
@@ -339,7 +336,7 @@ func TestSymlinkRace(t *testing.T) {
 			t.Fatalf("%s outside was modified", e.Name())
 		}
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 }

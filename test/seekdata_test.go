@@ -59,7 +59,7 @@ func TestHugeSparseTailOnTmpfs(t *testing.T) {
 	if !bytes.Equal(got, head) {
 		t.Fatalf("the head of the destination is %q, want %q", got, head)
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("daemon died")
 	}
 }

@@ -96,7 +96,7 @@ func TestKillCannotTearTheTransferFile(t *testing.T) {
 func checkTear(t *testing.T, helper, path, want string, kill int, print bool) (torn bool) {
 	t.Helper()
 	if print && tornImage(readRaw(t, path)) {
-		if out, err := exec.Command(filepath.Join(binDir, "scr-ctl"), "print", path).CombinedOutput(); err != nil {
+		if out, err := exec.Command(bins.Path(t, testenv.Ctl), "print", path).CombinedOutput(); err != nil {
 			t.Fatalf("kill %d left the file torn and scr-ctl print fails on it: %v\n%s", kill, err, out)
 		}
 	}
@@ -135,7 +135,7 @@ func killWriterAtRandom(t *testing.T, helper, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

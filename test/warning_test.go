@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -39,10 +40,10 @@ func TestCheckpointWarningsSurface(t *testing.T) {
 		transfer.SetCommand(tr, transfer.Run)
 	})
 	n.waitFor("DONE again", settle, done)
-	if got := strings.Count(d.log.String(), "checkpoint flushed with a warning"); got != 1 {
-		t.Errorf("the warning was logged %d times, want once:\n%s", got, d.log.String())
+	if got := strings.Count(d.Log.String(), "checkpoint flushed with a warning"); got != 1 {
+		t.Errorf("the warning was logged %d times, want once:\n%s", got, d.Log.String())
 	}
-	out, err := exec.Command(filepath.Join(binDir, "scr-ctl"), "status", n.transfer).CombinedOutput()
+	out, err := exec.Command(bins.Path(t, testenv.Ctl), "status", n.transfer).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "WARNING: FTI 1.6 will reject") {
 		t.Errorf("scr-ctl status (%v) does not show the warning:\n%s", err, out)
 	}

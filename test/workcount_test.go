@@ -38,7 +38,7 @@ func TestTransferFileWorkPerFile(t *testing.T) {
 	if updates > files/4 {
 		t.Errorf("%d locked updates of the transfer file for %d files: its cost per file grows with the entry count", updates, files)
 	}
-	if _, err := os.Stat(n.transfer); err != nil || !d.alive() {
+	if _, err := os.Stat(n.transfer); err != nil || !d.Alive() {
 		t.Fatal("daemon died or the transfer file vanished")
 	}
 }
@@ -76,9 +76,9 @@ func TestOwnWritesAreNotReadBack(t *testing.T) {
 	data := n.smallFilesToRun(50, 1024)
 	v := n.waitFor("DONE", settle, done)
 	checkFlushed(t, v, data)
-	d.waitLog("flush complete: FLAG DONE set", settle)
+	d.WaitLog("flush complete: FLAG DONE set", settle)
 	reads := 0
-	for line := range strings.Lines(d.log.String()) {
+	for line := range strings.Lines(d.Log.String()) {
 		if !strings.Contains(line, "transfer file read under its lock") {
 			continue
 		}

@@ -72,7 +72,7 @@ func TestControlDrivesTheDaemon(t *testing.T) {
 	r = ctl(t, "exit", "--wait", "--grace=1m", "--timeout=20s", tf)
 	wantCode(t, r, 0, "exit --wait")
 	wantIn(t, r.stdout, "STATE EXITING", "exit --wait")
-	d.wantExit(t, 20*time.Second)
+	wantExit(t, d, 20*time.Second)
 }
 
 // TestRunWaitAcceptsDone: RUN on a flush with nothing left to copy is

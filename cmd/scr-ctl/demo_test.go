@@ -21,9 +21,7 @@ import (
 // demoRun runs the demo in process with args and returns its result.
 func demoRun(t *testing.T, args ...string) result {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("runs a flush")
-	}
+	testenv.Long(t, "runs a flush")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	return inproc(ctx, append([]string{"demo", "--bw", "64MiB"}, args...)...)

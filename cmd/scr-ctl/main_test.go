@@ -76,37 +76,28 @@ func inproc(ctx context.Context, args ...string) result {
 	return result{out.String(), errb.String(), code}
 }
 
-// daemonProc is a running scr-transferd.
-type daemonProc struct {
-	*testenv.Process
-	cmd    *exec.Cmd  // Process.Cmd
-	exited chan error // receives the daemon's exit (nil for status 0) once it has exited; put it back after reading
-}
-
 // startDaemon starts the daemon on tf and returns once the daemon has
 // answered in it (STATE); it is killed at the end of the test if still
 // running, and its log is shown if the test failed.
-func startDaemon(t *testing.T, tf string) *daemonProc {
+func startDaemon(t *testing.T, tf string) *testenv.Process {
 	t.Helper()
 	p := testenv.Start(t, exec.Command(daemonBin, "--poll=100ms", "--retry-min=100ms", "--sync-interval=100ms", "--create-dir", tf))
 	// Ready once it has answered in the transfer file, which it creates
 	// if need be: a command given before that, on a loaded machine, could
 	// find no transfer file yet ("no such transfer file").
 	store := hashfile.NewStore(tf, hashfile.Flock)
-	pollFor(t, "the daemon to answer in "+tf, time.Minute, func() bool {
+	testenv.WaitFor(t, "the daemon to answer in "+tf, time.Minute, func() bool {
 		if !p.Alive() {
 			t.Fatalf("the daemon exited as it started (%v)", p.Err())
 		}
 		tree, err := store.Read()
 		return err == nil && transfer.Read(tree).State != ""
 	})
-	d := &daemonProc{Process: p, cmd: p.Cmd, exited: make(chan error, 1)}
-	go func() { <-p.Done(); d.exited <- p.Err() }()
-	return d
+	return p
 }
 
 // wantExit waits for the daemon to exit with status 0.
-func (d *daemonProc) wantExit(t *testing.T, within time.Duration) {
+func wantExit(t *testing.T, d *testenv.Process, within time.Duration) {
 	t.Helper()
 	if code := d.Wait(within); code != 0 {
 		t.Fatalf("daemon exit: %v", d.Err())

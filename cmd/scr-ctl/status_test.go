@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/shareddata"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -96,7 +96,7 @@ func TestWatchSurvivesTheFileDisappearing(t *testing.T) {
 		}
 	}
 	write("/c/first")
-	out := &lockedBuffer{}
+	out := &testenv.SyncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	e := &env{ctx: ctx, stdout: out, now: time.Now}
@@ -107,17 +107,18 @@ func TestWatchSurvivesTheFileDisappearing(t *testing.T) {
 	}()
 	waitOut := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for !strings.Contains(out.String(), what) {
+		if !testenv.Until(time.Minute, func() bool {
+			if strings.Contains(out.String(), what) {
+				return true
+			}
 			select {
 			case err := <-res:
 				t.Fatalf("watch ended (%v) before showing %q:\n%s", err, what, out.String())
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("watch never showed %q:\n%s", what, out.String())
-			}
-			time.Sleep(10 * time.Millisecond)
+			return false
+		}) {
+			t.Fatalf("watch never showed %q:\n%s", what, out.String())
 		}
 	}
 	waitOut("first → a")
@@ -136,24 +137,6 @@ func TestWatchSurvivesTheFileDisappearing(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestStatusAfterSIGKILL: status says which daemon serves the file, and
 // since when; once it is killed with SIGKILL (no chance to record STATE
 // EXITING: the file still says RUNNING) it says no daemon serves it, in
@@ -168,7 +151,7 @@ func TestStatusAfterSIGKILL(t *testing.T) {
 	wantCode(t, ctl(t, "add", tf, src, filepath.Join(dir, "pfs", "big.ckpt")), 0, "add")
 	wantCode(t, ctl(t, "set", tf, "bw", "256K"), 0, "set bw") // 32 s of work
 	wantCode(t, ctl(t, "run", tf), 0, "run")
-	pollFor(t, "the copy to start", time.Minute, func() bool {
+	testenv.WaitFor(t, "the copy to start", time.Minute, func() bool {
 		v := readView(t, tf)
 		return v.State == transfer.Running && len(v.Files) == 1 && v.Files[0].Written > 0
 	})
@@ -185,7 +168,7 @@ func TestStatusAfterSIGKILL(t *testing.T) {
 		}
 		return rep
 	}
-	pid := d.cmd.Process.Pid
+	pid := d.Pid()
 	rep := statusJSON()
 	// Since the daemon took its lock: after it was started (to the file
 	// system's timestamp granularity), before this reading.
@@ -198,10 +181,8 @@ func TestStatusAfterSIGKILL(t *testing.T) {
 	first, _, _ := strings.Cut(r.stdout, "\n")
 	wantIn(t, first, fmt.Sprintf("  RUNNING  PID %d up ", pid), "the summary line names the daemon")
 
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	d.exited <- <-d.exited // reaped: its lock is released
+	d.Signal(syscall.SIGKILL)
+	<-d.Done() // reaped: its lock is released
 	if v := readView(t, tf); v.State != transfer.Running {
 		t.Fatalf("STATE %q after SIGKILL: the test needs a STATE RUNNING left behind", v.State)
 	}

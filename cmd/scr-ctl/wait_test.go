@@ -16,34 +16,20 @@ import (
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// bgCtl is a scr-ctl process running in the background.
+// bgCtl is a scr-ctl process running in the background, its standard
+// output and error kept apart.
 type bgCtl struct {
-	cmd         *exec.Cmd
-	out, errb   *syncBuf
-	done        chan struct{}
-	code        int
-	exitedAfter time.Duration
+	*testenv.Process
+	out, errb *testenv.SyncBuffer
 }
 
 // startCtl starts scr-ctl with args; it is killed at the end of the test.
 func startCtl(t *testing.T, args ...string) *bgCtl {
 	t.Helper()
-	b := &bgCtl{cmd: exec.Command(ctlBin, args...), out: &syncBuf{}, errb: &syncBuf{}, done: make(chan struct{})}
-	b.cmd.Stdout, b.cmd.Stderr = b.out, b.errb
-	start := time.Now()
-	if err := b.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = b.cmd.Wait()
-		b.code = b.cmd.ProcessState.ExitCode()
-		b.exitedAfter = time.Since(start)
-		close(b.done)
-	}()
-	t.Cleanup(func() {
-		_ = b.cmd.Process.Kill()
-		<-b.done
-	})
+	b := &bgCtl{out: &testenv.SyncBuffer{}, errb: &testenv.SyncBuffer{}}
+	cmd := exec.Command(ctlBin, args...)
+	cmd.Stdout, cmd.Stderr = b.out, b.errb
+	b.Process = testenv.Start(t, cmd)
 	return b
 }
 
@@ -52,29 +38,11 @@ func startCtl(t *testing.T, args ...string) *bgCtl {
 func (b *bgCtl) result(t *testing.T, within time.Duration) result {
 	t.Helper()
 	select {
-	case <-b.done:
+	case <-b.Done():
 	case <-time.After(within):
-		t.Fatalf("scr-ctl %v still running after %v\nstderr:\n%s", b.cmd.Args[1:], within, b.errb.String())
+		t.Fatalf("scr-ctl %v still running after %v\nstderr:\n%s", b.Cmd.Args[1:], within, b.errb.String())
 	}
-	return result{b.out.String(), b.errb.String(), b.code}
-}
-
-func (b *bgCtl) running() bool {
-	select {
-	case <-b.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// syncBuf is the buffer a test may read while a process writes it.
-type syncBuf = testenv.SyncBuffer
-
-// pollFor polls cond until it holds, failing after within.
-func pollFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	testenv.WaitFor(t, what, within, cond)
+	return result{b.out.String(), b.errb.String(), b.Cmd.ProcessState.ExitCode()}
 }
 
 // TestWaitThroughATransientError: a source that appears after the daemon
@@ -88,14 +56,14 @@ func TestWaitThroughATransientError(t *testing.T) {
 	wantCode(t, ctl(t, "add", "--size=65536", tf, late, filepath.Join(dir, "pfs", "late.ckpt")), 0, "add --size")
 	wantCode(t, ctl(t, "run", tf), 0, "run")
 	w := startCtl(t, "wait", "--grace=1m", "--timeout=2m", tf)
-	pollFor(t, "the ERROR of the missing source", time.Minute, func() bool {
+	testenv.WaitFor(t, "the ERROR of the missing source", time.Minute, func() bool {
 		v := readView(t, tf)
 		return len(v.Files) == 1 && v.Files[0].State() == transfer.StateError
 	})
-	pollFor(t, "wait to report the ERROR", time.Minute, func() bool {
-		return strings.Contains(w.errb.String(), "still waiting") || !w.running()
+	testenv.WaitFor(t, "wait to report the ERROR", time.Minute, func() bool {
+		return strings.Contains(w.errb.String(), "still waiting") || !w.Alive()
 	})
-	if !w.running() {
+	if !w.Alive() {
 		t.Fatalf("wait ended on a file the daemon retries: %s", w.result(t, time.Second))
 	}
 	writeFile(t, late, 65536, 9)
@@ -140,16 +108,14 @@ func TestWaitWhenTheDaemonDies(t *testing.T) {
 	wantCode(t, ctl(t, "add", tf, src, filepath.Join(dir, "pfs", "big.ckpt")), 0, "add")
 	wantCode(t, ctl(t, "set", tf, "bw", "256K"), 0, "set bw") // 32 s of work
 	wantCode(t, ctl(t, "run", tf), 0, "run")
-	pollFor(t, "the copy to start", time.Minute, func() bool {
+	testenv.WaitFor(t, "the copy to start", time.Minute, func() bool {
 		v := readView(t, tf)
 		return v.State == transfer.Running && len(v.Files) == 1 && v.Files[0].Written > 0
 	})
 	// Started once the daemon is surely up, so that a short grace cannot
 	// mistake a daemon still starting on a loaded machine for none.
 	w := startCtl(t, "wait", "--grace=1s", "--timeout=2m", tf)
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	d.Signal(syscall.SIGKILL)
 	r := w.result(t, time.Minute)
 	wantCode(t, r, 1, "wait after the daemon died")
 	wantIn(t, r.stderr, "no daemon serves "+tf, "wait says why")
@@ -184,7 +150,7 @@ func TestWaitWithoutADaemon(t *testing.T) {
 	if _, held, err := instance.Holder(tf); err != nil || held {
 		t.Fatalf("exit --wait returned with the daemon's lock still held (%v)", err)
 	}
-	d.wantExit(t, time.Minute)
+	wantExit(t, d, time.Minute)
 	if _, _, err := hashfile.NewStore(tf, hashfile.Flock).Update(func(tr *hashfile.Tree) error {
 		transfer.AddFile(tr, src2, filepath.Join(dir, "d"), 100)
 		transfer.SetCommand(tr, transfer.Run)
@@ -246,10 +212,8 @@ func TestRunWarnsWithoutADaemon(t *testing.T) {
 	if r.stderr != "" {
 		t.Fatalf("stop with a daemon serving the file warns: %s", r)
 	}
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	d.exited <- <-d.exited
+	d.Signal(syscall.SIGKILL)
+	<-d.Done()
 	r = ctl(t, "run", tf)
 	wantCode(t, r, 0, "run after the daemon was killed")
 	wantIn(t, r.stderr, "warning: no daemon serves "+tf+", the command waits for one started on it: no daemon holds its lock", "run after the daemon was killed")

@@ -67,31 +67,22 @@ func checkThreads(t *testing.T, pid, wantNice int) int {
 // checks every one of its threads, once it is up and again after a flush
 // has made it create more, through /proc/PID/task/*/stat and ioprio_get.
 func TestPriorityOnEveryThread(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the daemon")
-	}
+	testenv.Long(t, "builds and runs the daemon")
 	cur, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantNice := min(20-cur+5, 19)
 	dir := t.TempDir()
-	bin := buildDaemon(t, dir)
+	bin := bins.Path(t, testenv.Daemon)
 	tf := filepath.Join(dir, "ctl", "transfer.scrinfo")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--nice=5", "--io-idle", "--poll=100ms", "--log-format=json", "--create-dir", tf)
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	d := testenv.Start(t, cmd)
 	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", logs.String())
-		}
+		_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+		<-d.Done()
 	}()
 	store := hashfile.NewStore(tf, hashfile.Flock)
 	waitFor := func(what string, ok func(transfer.View) bool) {
@@ -102,7 +93,7 @@ func TestPriorityOnEveryThread(t *testing.T) {
 		})
 	}
 	waitFor("STATE", func(v transfer.View) bool { return v.State != "" })
-	n1 := checkThreads(t, cmd.Process.Pid, wantNice)
+	n1 := checkThreads(t, d.Pid(), wantNice)
 
 	// A flush of several files: blocking reads, writes and fsyncs make the
 	// runtime start more threads.
@@ -123,7 +114,7 @@ func TestPriorityOnEveryThread(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("complete flush", func(v transfer.View) bool { return v.Done && !v.HasPending() })
-	n2 := checkThreads(t, cmd.Process.Pid, wantNice)
+	n2 := checkThreads(t, d.Pid(), wantNice)
 	t.Logf("%d threads once up, %d after the flush, all at nice %d and idle I/O", n1, n2, wantNice)
 	if n1 < 2 {
 		t.Errorf("only %d thread(s): the check saw none of the runtime's threads", n1)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/internal/seccomptest"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 // seccompExecEnv, in a child of the test binary, names a program to exec
@@ -29,11 +29,9 @@ func TestDaemonNamesSeccompWhenOpenat2IsRefused(t *testing.T) {
 		args := strings.Split(os.Getenv(seccompExecEnv+"_ARGS"), "\x1f")
 		t.Fatal(syscall.Exec(bin, append([]string{bin}, args...), os.Environ()))
 	}
-	if testing.Short() {
-		t.Skip("builds and runs the daemon")
-	}
+	testenv.Long(t, "builds and runs the daemon")
 	dir := t.TempDir()
-	bin := buildDaemon(t, dir)
+	bin := bins.Path(t, testenv.Daemon)
 	for _, d := range []string{"cache", "pfs", "ctl"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
@@ -43,38 +41,15 @@ func TestDaemonNamesSeccompWhenOpenat2IsRefused(t *testing.T) {
 		filepath.Join(dir, "ctl", "transfer.scrinfo")}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDaemonNamesSeccompWhenOpenat2IsRefused$")
 	cmd.Env = append(os.Environ(), seccompExecEnv+"="+bin, seccompExecEnv+"_ARGS="+strings.Join(args, "\x1f"))
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	d := testenv.Start(t, cmd)
 	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+		_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+		<-d.Done()
 	}()
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		var seen []string
-		for sc.Scan() {
-			seen = append(seen, sc.Text())
-			if strings.Contains(sc.Text(), "confined files cannot be opened") {
-				found <- sc.Text()
-				return
-			}
+	line := d.WaitLogAfter(0, 2*time.Minute, "confined files cannot be opened")
+	for _, want := range []string{"confined files cannot be opened", "RestrictSUIDSGID=yes", "function not implemented"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("start-up log %q does not say %q", line, want)
 		}
-		found <- "not logged; the daemon said:\n" + strings.Join(seen, "\n")
-	}()
-	select {
-	case line := <-found:
-		for _, want := range []string{"confined files cannot be opened", "RestrictSUIDSGID=yes", "function not implemented"} {
-			if !strings.Contains(line, want) {
-				t.Errorf("start-up log %q does not say %q", line, want)
-			}
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("no start-up log line about openat2 within 2 minutes")
 	}
 }

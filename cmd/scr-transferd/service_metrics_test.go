@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/scr-transferd/scr-transferd/daemon"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/metrics"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
@@ -30,20 +31,17 @@ func TestMetricsWriteFailureLoggedOnce(t *testing.T) {
 	prom := filepath.Join(t.TempDir(), "missing-dir", "scr.prom")
 	s := startService(zap.New(core), "/dev/shm/u/scr.1/transfer.scrinfo", prom)
 	defer s.close()
-	deadline := time.Now().Add(2 * time.Minute)
-	for n := int64(0); ; n++ {
+	n := int64(0)
+	if !testenv.Until(2*time.Minute, func() bool {
 		// A new snapshot each time, so that every tick has news to write.
 		s.onStatus(daemon.Status{State: transfer.Running, BytesCopied: n})
+		n++
 		if w := logs.FilterLevelExact(zapcore.WarnLevel); w.Len() > 1 {
 			t.Fatalf("%d warnings for one unwritable metrics directory, want 1; the last: %v", w.Len(), w.All()[w.Len()-1])
 		}
-		if logs.FilterMessage("metrics file still not written").Len() >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than 4 write attempts within 2 minutes; %d log entries", logs.Len())
-		}
-		time.Sleep(20 * time.Millisecond) // pacing the snapshots while polling for the attempts
+		return logs.FilterMessage("metrics file still not written").Len() >= 3
+	}) {
+		t.Fatalf("fewer than 4 write attempts within 2 minutes; %d log entries", logs.Len())
 	}
 	if n := logs.FilterLevelExact(zapcore.WarnLevel).Len(); n != 1 {
 		t.Fatalf("%d warnings for one unwritable metrics directory, want 1: %v", n, logs.FilterLevelExact(zapcore.WarnLevel).All())
@@ -57,12 +55,11 @@ func TestMetricsWriteFailureLoggedOnce(t *testing.T) {
 	if err := os.Mkdir(filepath.Dir(prom), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for logs.FilterMessage("metrics file written again").Len() == 0 {
+	if !testenv.Until(2*time.Minute, func() bool {
 		s.onStatus(daemon.Status{State: transfer.Running, BytesCopied: -1})
-		if time.Now().After(deadline) {
-			t.Fatal("no successful write after the directory was made")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return logs.FilterMessage("metrics file written again").Len() > 0
+	}) {
+		t.Fatal("no successful write after the directory was made")
 	}
 	if _, err := os.Stat(prom); err != nil {
 		t.Fatal(err)
@@ -75,15 +72,8 @@ func TestMetricsFileRemovedWhenTheInstanceEnds(t *testing.T) {
 	prom := filepath.Join(t.TempDir(), "scr.prom")
 	s := startService(zap.NewNop(), "/dev/shm/u/scr.1/transfer.scrinfo", prom)
 	s.onStatus(daemon.Status{State: transfer.Stopped})
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if _, err := os.Stat(prom); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the metrics file was never written")
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the file
+	if !testenv.Until(2*time.Minute, func() bool { _, err := os.Stat(prom); return err == nil }) {
+		t.Fatal("the metrics file was never written")
 	}
 	s.onStatus(daemon.Status{State: transfer.Exiting})
 	s.close()
@@ -118,20 +108,18 @@ func TestMetricsFileNamesLimitsBuildAndTime(t *testing.T) {
 	before := time.Now()
 	s.onStatus(daemon.Status{State: transfer.Running, BWLimit: 8 << 20, PercentLimit: 25})
 	var fams map[string]*dto.MetricFamily
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if b, err := os.ReadFile(prom); err == nil {
-			p := expfmt.NewTextParser(model.LegacyValidation)
-			fams, err = p.TextToMetricFamilies(bytes.NewReader(b))
-			if err != nil {
-				t.Fatalf("Prometheus's parser rejects the file: %v\n%s", err, b)
-			}
-			break
+	if !testenv.Until(2*time.Minute, func() bool {
+		b, err := os.ReadFile(prom)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the metrics file was never written")
+		p := expfmt.NewTextParser(model.LegacyValidation)
+		if fams, err = p.TextToMetricFamilies(bytes.NewReader(b)); err != nil {
+			t.Fatalf("Prometheus's parser rejects the file: %v\n%s", err, b)
 		}
-		time.Sleep(10 * time.Millisecond) // polling for the file
+		return true
+	}) {
+		t.Fatal("the metrics file was never written")
 	}
 	gauge := func(name string) (float64, map[string]string) {
 		t.Helper()

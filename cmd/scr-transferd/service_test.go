@@ -31,12 +31,6 @@ var bins = testenv.NewBinaries(testenv.Build{Commands: []string{testenv.Daemon},
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, bins)) }
 
-// buildDaemon returns the daemon built for the tests; dir is unused.
-func buildDaemon(t *testing.T, _ string) string {
-	t.Helper()
-	return bins.Path(t, testenv.Daemon)
-}
-
 // notifications listens on a unix datagram socket, as systemd does for
 // NOTIFY_SOCKET, and delivers every datagram received.
 func notifications(t *testing.T, path string) <-chan string {
@@ -117,11 +111,9 @@ func gauge(fams map[string]*dto.MetricFamily, name, state string) (float64, bool
 // a watchdog, drives a flush through the transfer file, and checks what
 // systemd and the metrics collector would see.
 func TestServiceManners(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the daemon")
-	}
+	testenv.Long(t, "builds and runs the daemon")
 	dir := t.TempDir()
-	bin := buildDaemon(t, dir)
+	bin := bins.Path(t, testenv.Daemon)
 	sock := filepath.Join(dir, "notify.sock")
 	notes := notifications(t, sock)
 	tf := filepath.Join(dir, "ctl", "transfer.scrinfo")
@@ -142,18 +134,7 @@ func TestServiceManners(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--poll=100ms", "--log-format=json", "--metrics-file="+prom, tf)
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=400000")
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", logs.String())
-		}
-	}()
+	d := testenv.Start(t, cmd)
 
 	// READY=1 comes only once the first STATE is in the transfer file.
 	ready := await(t, notes, 20*time.Second, "READY=1", func(m string) bool { return strings.Contains(m, "READY=1") })
@@ -201,38 +182,30 @@ func TestServiceManners(t *testing.T) {
 	}
 
 	// The metrics file follows within a second or so.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		fams, err := readMetrics(prom)
-		if err == nil {
-			w, _ := gauge(fams, "scr_transferd_bytes_written_total", "")
-			p, _ := gauge(fams, "scr_transferd_bytes_pending", "")
-			s, _ := gauge(fams, "scr_transferd_state", "STOPPED")
-			last, _ := gauge(fams, "scr_transferd_last_success_timestamp_seconds", "")
-			if w == size && p == 0 && s == 1 && last > float64(start.Unix()) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("metrics after the flush: written %v pending %v STOPPED %v last success %v", w, p, s, last)
-			}
-		} else if time.Now().After(deadline) {
+	var w, p, st, last float64
+	if !testenv.Until(10*time.Second, func() bool {
+		var fams map[string]*dto.MetricFamily
+		if fams, err = readMetrics(prom); err != nil {
+			return false
+		}
+		w, _ = gauge(fams, "scr_transferd_bytes_written_total", "")
+		p, _ = gauge(fams, "scr_transferd_bytes_pending", "")
+		st, _ = gauge(fams, "scr_transferd_state", "STOPPED")
+		last, _ = gauge(fams, "scr_transferd_last_success_timestamp_seconds", "")
+		return w == size && p == 0 && st == 1 && last > float64(start.Unix())
+	}) {
+		if err != nil {
 			t.Fatalf("metrics file: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond) // polling the file for the condition, bounded by deadline
+		t.Fatalf("metrics after the flush: written %v pending %v STOPPED %v last success %v", w, p, st, last)
 	}
 
 	// SIGTERM: STOPPING=1, a clean exit, and no metrics file left.
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	d.Signal(syscall.SIGTERM)
 	await(t, notes, 20*time.Second, "STOPPING=1", func(m string) bool { return m == "STOPPING=1" })
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("daemon exit: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("daemon did not exit after SIGTERM")
+	d.Wait(20 * time.Second)
+	if err := d.Err(); err != nil {
+		t.Fatalf("daemon exit: %v", err)
 	}
 	// The instance has ended: node_exporter must stop exporting it.
 	if _, err := os.Stat(prom); !errors.Is(err, fs.ErrNotExist) {

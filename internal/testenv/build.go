@@ -35,6 +35,11 @@ type Build struct {
 	// Static builds them with CGO_ENABLED=0, as a site installs them
 	// (a sandboxed unit's system-call filter refuses the race runtime).
 	Static bool
+	// Beside names files to copy into the directory beside the commands,
+	// executable by every user: name in the directory → source path
+	// (relative to the test package's directory), such as a script the
+	// commands' users find on PATH.
+	Beside map[string]string
 }
 
 // args returns the go command's arguments to build b into dir.
@@ -136,7 +141,24 @@ func buildInto(ctx context.Context, b Build) (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", errors.Join(fmt.Errorf("go %v: %w\n%s", b.args(dir), err, out), os.RemoveAll(dir))
 	}
+	for name, src := range b.Beside {
+		if err := copyExecutable(src, filepath.Join(dir, name)); err != nil {
+			return "", errors.Join(fmt.Errorf("building the commands for the tests: %w", err), os.RemoveAll(dir))
+		}
+	}
 	return dir, nil
+}
+
+// copyExecutable copies the file src to dst, mode 0755.
+func copyExecutable(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		return err
+	}
+	return os.Chmod(dst, 0o755) // whatever the umask
 }
 
 // Main runs m's tests and then removes every build in bins; its result is

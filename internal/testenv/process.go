@@ -9,8 +9,9 @@ import (
 )
 
 // Process is a program a test started: its output (standard output and
-// standard error together) is captured in Log, it is killed when the test
-// ends if it is still running, and its log is shown if the test failed.
+// standard error together, unless the test keeps one apart) is captured in
+// Log, it is killed when the test ends if it is still running, and its log
+// is shown if the test failed.
 type Process struct {
 	tb   testing.TB
 	Cmd  *exec.Cmd
@@ -19,12 +20,18 @@ type Process struct {
 	err  error // cmd.Wait's result, set before done is closed
 }
 
-// Start starts cmd for the test tb. cmd's Stdout and Stderr are set to the
-// process's Log.
+// Start starts cmd for the test tb. cmd's Stdout and Stderr go to the
+// process's Log, but for one the test set (a SyncBuffer of its own, to
+// tell a command's output from its messages).
 func Start(tb testing.TB, cmd *exec.Cmd) *Process {
 	tb.Helper()
 	p := &Process{tb: tb, Cmd: cmd, Log: &SyncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.Log, p.Log
+	if cmd.Stdout == nil {
+		cmd.Stdout = p.Log
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = p.Log
+	}
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}

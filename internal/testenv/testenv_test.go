@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,6 +39,7 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.record(true, fmt.Sprintf(format, args...))
 	runtime.Goexit()
 }
+func (f *fakeTB) Skip(args ...any) { f.record(false, "skip: "+fmt.Sprint(args...)); runtime.Goexit() }
 func (f *fakeTB) Failed() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -81,20 +83,24 @@ func TestPollDeadline(t *testing.T) {
 		want      bool
 		wantEvals int
 		lastEval  time.Duration // time of the last evaluation, from t0
+		interval  time.Duration // 0: PollInterval
 	}{
-		{"holds at once", time.Second, 0, true, 1, 0},
-		{"holds at once, zero timeout", 0, 0, true, 1, 0},
-		{"never, zero timeout: evaluated once", 0, -1, false, 1, 0},
-		{"holds after 12 ms", time.Second, 12 * time.Millisecond, true, 4, 15 * time.Millisecond},
-		{"never: last evaluation at the deadline", 20 * time.Millisecond, -1, false, 5, 20 * time.Millisecond},
-		{"never, timeout not a multiple of the interval", 12 * time.Millisecond, -1, false, 4, 12 * time.Millisecond},
-		{"holds just at the deadline", 12 * time.Millisecond, 12 * time.Millisecond, true, 4, 12 * time.Millisecond},
+		{"holds at once", time.Second, 0, true, 1, 0, 0},
+		{"holds at once, zero timeout", 0, 0, true, 1, 0, 0},
+		{"never, zero timeout: evaluated once", 0, -1, false, 1, 0, 0},
+		{"holds after 12 ms", time.Second, 12 * time.Millisecond, true, 4, 15 * time.Millisecond, 0},
+		{"never: last evaluation at the deadline", 20 * time.Millisecond, -1, false, 5, 20 * time.Millisecond, 0},
+		{"never, timeout not a multiple of the interval", 12 * time.Millisecond, -1, false, 4, 12 * time.Millisecond, 0},
+		{"holds just at the deadline", 12 * time.Millisecond, 12 * time.Millisecond, true, 4, 12 * time.Millisecond, 0},
+		{"every 200 ms, holds after 300 ms", time.Second, 300 * time.Millisecond, true, 3, 400 * time.Millisecond, 200 * time.Millisecond},
+		{"every 200 ms, never", 500 * time.Millisecond, -1, false, 4, 500 * time.Millisecond, 200 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fc := &fakeClock{t: t0}
 			var evals []time.Duration
-			got := poll(fc.clock(), tc.timeout, func() bool {
+			interval := cmp.Or(tc.interval, PollInterval)
+			got := poll(fc.clock(), interval, tc.timeout, func() bool {
 				at := fc.t.Sub(t0)
 				evals = append(evals, at)
 				return tc.trueAfter >= 0 && at >= tc.trueAfter
@@ -103,8 +109,8 @@ func TestPollDeadline(t *testing.T) {
 				t.Fatalf("poll = %v after evaluations at %v; want %v after %d, the last at %v", got, evals, tc.want, tc.wantEvals, tc.lastEval)
 			}
 			for _, d := range fc.sleeps {
-				if d <= 0 || d > PollInterval {
-					t.Fatalf("slept %v, want (0, %v]", d, PollInterval)
+				if d <= 0 || d > interval {
+					t.Fatalf("slept %v, want (0, %v]", d, interval)
 				}
 			}
 		})
@@ -235,14 +241,25 @@ func TestBuildArgs(t *testing.T) {
 	}
 }
 
-// TestBinariesBuiltOnceAndRemoved builds scr-ctl, checks that a second
-// request reuses the build and that Remove deletes it.
+// TestBinariesBuiltOnceAndRemoved builds scr-ctl with a script beside
+// it, checks that a second request reuses the build and that Remove
+// deletes it.
 func TestBinariesBuiltOnceAndRemoved(t *testing.T) {
-	b := NewBinaries(Build{Commands: []string{Ctl}})
+	script := filepath.Join(t.TempDir(), "reap.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho reaped\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := NewBinaries(Build{Commands: []string{Ctl}, Beside: map[string]string{"scr-reap": script}})
 	dir := b.Need(t)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Fatalf("%s: %v, want mode 0755 (%v)", dir, fi.Mode(), err)
+	}
+	if out, err := exec.Command(filepath.Join(dir, "scr-reap")).CombinedOutput(); err != nil || string(out) != "reaped\n" {
+		t.Fatalf("the script copied beside the commands: %v, %q", err, out)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "scr-reap")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("the script beside the commands: %v, want mode 0755 (%v)", fi.Mode(), err)
 	}
 	out, err := exec.Command(b.Path(t, Ctl), "--version").CombinedOutput()
 	if err != nil {
@@ -259,6 +276,21 @@ func TestBinariesBuiltOnceAndRemoved(t *testing.T) {
 	}
 	if _, err := b.Dir(); err == nil {
 		t.Fatal("Dir after Remove returned no error")
+	}
+}
+
+// TestProcessOutputKeptApart: a standard output the test set is its own;
+// standard error still goes to the log.
+func TestProcessOutputKeptApart(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "echo result; echo >&2 a message")
+	out := &SyncBuffer{}
+	cmd.Stdout = out
+	p := Start(t, cmd)
+	if code := p.Wait(time.Minute); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if out.String() != "result\n" || p.Logs() != "a message\n" {
+		t.Fatalf("standard output %q, log %q; want %q and %q", out.String(), p.Logs(), "result\n", "a message\n")
 	}
 }
 
@@ -319,6 +351,25 @@ const longChildEnv = "TESTENV_LONG_CHILD"
 // TestLong runs Long in a child of the test binary with and without
 // -short, in and out of CI: skipped under -short, a failure under -short
 // with CI=true, run otherwise.
+func TestAbsent(t *testing.T) {
+	tests := []struct {
+		ci       bool
+		wantFail bool
+		want     string
+	}{
+		{false, false, "skip: no frobnicator (apt-get install frob)"},
+		{true, true, "missing under CI=true, which provides it: no frobnicator (apt-get install frob)"},
+	}
+	for _, tc := range tests {
+		f := &fakeTB{}
+		reached := false
+		inGoroutine(func() { absent(f, tc.ci, "no frobnicator (apt-get install frob)"); reached = true })
+		if reached || f.Failed() != tc.wantFail || f.report() != tc.want {
+			t.Errorf("CI %v: test went on %v, failed %v, said %q; want failed %v, %q", tc.ci, reached, f.Failed(), f.report(), tc.wantFail, tc.want)
+		}
+	}
+}
+
 func TestLong(t *testing.T) {
 	if os.Getenv(longChildEnv) != "" {
 		Long(t, "a long test")

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// PollInterval is how often WaitFor and Until evaluate their condition.
+// PollInterval is how often WaitFor and Until evaluate their condition,
+// and the shortest interval of UntilEvery.
 const PollInterval = 5 * time.Millisecond
 
 // clock is the time source of a poll: the real one in tests, a fake one
@@ -18,11 +19,11 @@ type clock struct {
 // realClock is the wall clock.
 func realClock() clock { return clock{now: time.Now, sleep: time.Sleep} }
 
-// poll evaluates cond every PollInterval until it holds, and reports
-// whether it did before giving up. Its last evaluation starts at or after
-// the deadline, so a condition that becomes true just as time runs out is
+// poll evaluates cond every interval until it holds, and reports whether
+// it did before giving up. Its last evaluation starts at or after the
+// deadline, so a condition that becomes true just as time runs out is
 // still seen, and a condition is always evaluated at least once.
-func poll(c clock, timeout time.Duration, cond func() bool) bool {
+func poll(c clock, interval, timeout time.Duration, cond func() bool) bool {
 	deadline := c.now().Add(timeout)
 	for {
 		late := !c.now().Before(deadline)
@@ -32,7 +33,7 @@ func poll(c clock, timeout time.Duration, cond func() bool) bool {
 		if late {
 			return false
 		}
-		c.sleep(min(PollInterval, deadline.Sub(c.now())))
+		c.sleep(min(interval, deadline.Sub(c.now())))
 	}
 }
 
@@ -40,7 +41,14 @@ func poll(c clock, timeout time.Duration, cond func() bool) bool {
 // whether it held. Use it where a timeout is an outcome the test handles
 // itself, or where the failure message needs more than WaitFor gives.
 func Until(timeout time.Duration, cond func() bool) bool {
-	return poll(realClock(), timeout, cond)
+	return poll(realClock(), PollInterval, timeout, cond)
+}
+
+// UntilEvery is Until evaluating cond every interval instead of every
+// PollInterval: for a condition that costs a command (sinfo, systemctl)
+// or a service's work to evaluate.
+func UntilEvery(interval, timeout time.Duration, cond func() bool) bool {
+	return poll(realClock(), max(interval, PollInterval), timeout, cond)
 }
 
 // WaitFor polls cond until it holds, and fails tb with "timed out after

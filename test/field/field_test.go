@@ -18,49 +18,18 @@ import (
 )
 
 // bins is this package's once-per-process build of scr-transferd and
-// scr-ctl, with the race detector when the tests run with it; plainBins is
-// the static build without it that a site installs (a sandboxed unit's
-// LockPersonality= and system-call filter refuse the race runtime),
-// built the first time a test asks for it.
+// scr-ctl, with the race detector when the tests run with it, and the
+// cache reaper beside them, where the job scripts look for it (PATH);
+// plainBins is the static build without it that a site installs (a
+// sandboxed unit's LockPersonality= and system-call filter refuse the race
+// runtime). Each is built the first time a test asks for it.
 var (
-	bins      = testenv.NewBinaries(testenv.Build{Race: testenv.Race})
+	bins = testenv.NewBinaries(testenv.Build{Race: testenv.Race,
+		Beside: map[string]string{"scr-transferd-reap": "../../deploy/slurm/reap-caches.sh"}})
 	plainBins = testenv.NewBinaries(testenv.Build{Static: true})
 )
 
-// binDir holds bins, built before the tests run and readable by every
-// user.
-var binDir string
-
-func TestMain(m *testing.M) {
-	dir, err := bins.Dir()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	// The cache reaper, where the job scripts look for it (PATH).
-	if err := copyFile("../../deploy/slurm/reap-caches.sh", filepath.Join(dir, "scr-transferd-reap"), 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = bins.Remove()
-		os.Exit(1)
-	}
-	os.Exit(testenv.Main(m, bins, plainBins))
-}
-
-// underCI reports whether the tests run in CI, where every environment
-// they need is set up by .ci/run and a missing one is a failure.
-func underCI() bool { return os.Getenv("CI") == "true" }
-
-// absent skips the test, or fails it under CI, because what it runs on is
-// not there.
-func absent(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if underCI() {
-		t.Fatalf("under CI: %s", msg)
-	}
-	t.Skip(msg)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, bins, plainBins)) }
 
 // run runs a command and returns its standard output, failing the test
 // with the command's output if it fails.
@@ -156,16 +125,4 @@ func sameBytes(t *testing.T, entries []manifestEntry) {
 			t.Errorf("%s differs from its source (sha256 %s, want %s)", e.dest, got, e.sum)
 		}
 	}
-}
-
-// copyFile copies src to dst with mode perm.
-func copyFile(src, dst string, perm os.FileMode) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(dst, b, perm); err != nil {
-		return err
-	}
-	return os.Chmod(dst, perm)
 }

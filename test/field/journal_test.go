@@ -38,16 +38,12 @@ func TestJournalSeverity(t *testing.T) {
 		return c.sh(t, "journalctl", "--no-pager", "-o", "cat", "-u", j.unit, "-p", prio+".."+prio)
 	}
 	var errs, warns, infos string
-	for deadline := time.Now().Add(unitTimeout); ; {
+	if !testenv.UntilEvery(100*time.Millisecond, unitTimeout, func() bool {
 		errs, warns, infos = atPriority("err"), atPriority("warning"), atPriority("info")
-		if strings.Contains(errs, "copy failed") && strings.Contains(warns, "not taken as written") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("journal at err:\n%s\nat warning:\n%s\nwant \"copy failed\" and the PERCENT warning; at info:\n%s",
-				errs, warns, lastLines(infos, 20))
-		}
-		time.Sleep(100 * time.Millisecond) // polling journald
+		return strings.Contains(errs, "copy failed") && strings.Contains(warns, "not taken as written")
+	}) {
+		t.Fatalf("journal at err:\n%s\nat warning:\n%s\nwant \"copy failed\" and the PERCENT warning; at info:\n%s",
+			errs, warns, lastLines(infos, 20))
 	}
 	if !strings.Contains(infos, `"started"`) {
 		t.Errorf("the start's line is not at info:\n%s", lastLines(infos, 20))

@@ -155,17 +155,16 @@ func (j *prologJob) end() {
 func (j *prologJob) reaped() {
 	j.t.Helper()
 	dir := j.c.path(fmt.Sprintf("/dev/shm/%s/scr.%s", j.user, j.id))
-	deadline := time.Now().Add(lingerTimeout)
-	for {
-		_, err := os.Stat(dir)
-		state := j.c.show(j.t, j.unit, "ActiveState")["ActiveState"]
-		if errors.Is(err, os.ErrNotExist) && state == "inactive" {
-			return
-		}
-		if time.Now().After(deadline) {
-			j.t.Fatalf("job %s: %v after its end: cache %s (%v), unit %s", j.id, lingerTimeout, dir, err, state)
-		}
-		time.Sleep(100 * time.Millisecond) // polling for the epilog's work
+	var (
+		err   error
+		state string
+	)
+	if !testenv.UntilEvery(100*time.Millisecond, lingerTimeout, func() bool {
+		_, err = os.Stat(dir)
+		state = j.c.show(j.t, j.unit, "ActiveState")["ActiveState"]
+		return errors.Is(err, os.ErrNotExist) && state == "inactive"
+	}) {
+		j.t.Fatalf("job %s: %v after its end: cache %s (%v), unit %s", j.id, lingerTimeout, dir, err, state)
 	}
 }
 

@@ -15,24 +15,21 @@ import (
 // activating in auto-restart), with the daemon's exit status want.
 func failedForGood(t *testing.T, c *container, unit string, want int) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(unitTimeout)
-	for {
-		p := c.show(t, unit, "ActiveState", "SubState", "Result", "NRestarts", "ExecMainStatus")
-		if p["ActiveState"] == "failed" {
-			if p["NRestarts"] != "0" || p["ExecMainStatus"] != strconv.Itoa(want) {
-				t.Fatalf("%s failed after %s restarts with exit status %s, want none and exit status %d: %v",
-					unit, p["NRestarts"], p["ExecMainStatus"], want, p)
-			}
-			return p
-		}
-		if p["NRestarts"] != "" && p["NRestarts"] != "0" {
+	var p map[string]string
+	if !testenv.UntilEvery(50*time.Millisecond, unitTimeout, func() bool {
+		p = c.show(t, unit, "ActiveState", "SubState", "Result", "NRestarts", "ExecMainStatus")
+		if p["ActiveState"] != "failed" && p["NRestarts"] != "" && p["NRestarts"] != "0" {
 			t.Fatalf("%s restarts on a permanent error: %v", unit, p)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s has not failed after %v: %v", unit, unitTimeout, p)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the unit's state
+		return p["ActiveState"] == "failed"
+	}) {
+		t.Fatalf("%s has not failed after %v: %v", unit, unitTimeout, p)
 	}
+	if p["NRestarts"] != "0" || p["ExecMainStatus"] != strconv.Itoa(want) {
+		t.Fatalf("%s failed after %s restarts with exit status %s, want none and exit status %d: %v",
+			unit, p["NRestarts"], p["ExecMainStatus"], want, p)
+	}
+	return p
 }
 
 // TestSystemdUnitPermanentErrorStops: under the shipped unit a daemon that
@@ -86,23 +83,19 @@ func TestSystemdUnitPermanentErrorStops(t *testing.T) {
 	t.Cleanup(func() { os.Remove(env) })
 	_, _ = c.try("systemctl", "start", l.unit)
 	burst := c.show(t, l.unit, "StartLimitBurst")["StartLimitBurst"]
-	deadline := time.Now().Add(unitTimeout)
-	for {
+	var p map[string]string
+	if !testenv.UntilEvery(100*time.Millisecond, unitTimeout, func() bool {
 		// Between restarts the unit is activating (auto-restart); failed
 		// is final.
-		p := c.show(t, l.unit, "ActiveState", "Result", "NRestarts")
-		if p["ActiveState"] == "failed" {
-			if p["NRestarts"] != burst {
-				t.Errorf("%s failed for good after %s restarts, want StartLimitBurst=%s: %v", l.unit, p["NRestarts"], burst, p)
-			}
-			if j := c.journal(t, l.unit); !strings.Contains(j, "Start request repeated too quickly") {
-				t.Errorf("the journal does not say the start limit was hit:\n%s", lastLines(j, 10))
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s with a bad configuration did not reach its start limit within %v: %v", l.unit, unitTimeout, p)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the unit's state
+		p = c.show(t, l.unit, "ActiveState", "Result", "NRestarts")
+		return p["ActiveState"] == "failed"
+	}) {
+		t.Fatalf("%s with a bad configuration did not reach its start limit within %v: %v", l.unit, unitTimeout, p)
+	}
+	if p["NRestarts"] != burst {
+		t.Errorf("%s failed for good after %s restarts, want StartLimitBurst=%s: %v", l.unit, p["NRestarts"], burst, p)
+	}
+	if j := c.journal(t, l.unit); !strings.Contains(j, "Start request repeated too quickly") {
+		t.Errorf("the journal does not say the start limit was hit:\n%s", lastLines(j, 10))
 	}
 }

@@ -49,11 +49,11 @@ func slurmCluster(t *testing.T) *cluster {
 	}
 	conf := filepath.Join(dir, "slurm.conf")
 	if _, err := os.Stat(conf); err != nil {
-		absent(t, "no Slurm cluster (%v): start one with `sudo test/field/slurm-up.sh` (.ci/run does)", err)
+		testenv.Absent(t, "no Slurm cluster (%v): start one with `sudo test/field/slurm-up.sh` (.ci/run does)", err)
 	}
 	c := &cluster{dir: dir}
 	env := os.Environ()
-	env = append(env, "SLURM_CONF="+conf, "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env = append(env, "SLURM_CONF="+conf)
 	if os.Getenv("USER") == "" { // a login shell always has it; the job scripts use it
 		u, err := user.Current()
 		if err != nil {
@@ -61,24 +61,33 @@ func slurmCluster(t *testing.T) *cluster {
 		}
 		env = append(env, "USER="+u.Username)
 	}
-	c.env = env
 	out, err := output(env, "sinfo", "-h", "-N", "-o", "%N %t")
 	if err != nil {
-		absent(t, "the Slurm cluster in %s does not answer: %v", dir, err)
+		testenv.Absent(t, "the Slurm cluster in %s does not answer: %v", dir, err)
 	}
 	// A node still completing the job of a test that just ended (state
 	// comp, while Slurm ends the job's processes, up to its KillWait)
 	// becomes usable by itself: wait for that, not for a node down.
-	deadline := time.Now().Add(lingerTimeout)
-	for n := unusableNode(out); n != ""; n = unusableNode(out) {
-		if !time.Now().Before(deadline) || !regexpLine(out, n+" (comp|completing)") {
+	asked := true // out is sinfo's answer to this poll
+	if !testenv.UntilEvery(200*time.Millisecond, lingerTimeout, func() bool {
+		if !asked {
+			if out, err = output(env, "sinfo", "-h", "-N", "-o", "%N %t"); err != nil {
+				t.Fatalf("the Slurm cluster in %s stopped answering: %v", dir, err)
+			}
+		}
+		asked = false
+		n := unusableNode(out)
+		if n != "" && !regexpLine(out, n+" (comp|completing)") {
 			t.Fatalf("node %s is not usable; sinfo says:\n%s\nslurmd log:\n%s", n, out, tail(filepath.Join(dir, "log", "slurmd-"+n+".log"), 20))
 		}
-		time.Sleep(200 * time.Millisecond) // polling sinfo for the state to change
-		if out, err = output(env, "sinfo", "-h", "-N", "-o", "%N %t"); err != nil {
-			t.Fatalf("the Slurm cluster in %s stopped answering: %v", dir, err)
-		}
+		return n == ""
+	}) {
+		n := unusableNode(out)
+		t.Fatalf("node %s is not usable; sinfo says:\n%s\nslurmd log:\n%s", n, out, tail(filepath.Join(dir, "log", "slurmd-"+n+".log"), 20))
 	}
+	// The commands, built once the cluster answers, where the job scripts
+	// look for them.
+	c.env = append(env, "PATH="+bins.Need(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	return c
 }
 
@@ -174,17 +183,14 @@ var endStates = []string{"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FA
 // waitEnd waits until the job has ended and returns its fields.
 func (c *cluster) waitEnd(t *testing.T, id string) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(jobTimeout)
-	for {
-		j := c.job(t, id)
-		if slices.Contains(endStates, j["JobState"]) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s has not ended after %v: JobState=%s Reason=%s", id, jobTimeout, j["JobState"], j["Reason"])
-		}
-		time.Sleep(200 * time.Millisecond)
+	var j map[string]string
+	if !testenv.UntilEvery(200*time.Millisecond, jobTimeout, func() bool {
+		j = c.job(t, id)
+		return slices.Contains(endStates, j["JobState"])
+	}) {
+		t.Fatalf("job %s has not ended after %v: JobState=%s Reason=%s", id, jobTimeout, j["JobState"], j["Reason"])
 	}
+	return j
 }
 
 // jobProc is a live process.
@@ -294,20 +300,16 @@ func (w *daemonWatch) oneEach(t *testing.T) {
 // nothingLeft waits (bounded) until no process of the job is left.
 func nothingLeft(t *testing.T, id string) {
 	t.Helper()
-	deadline := time.Now().Add(lingerTimeout)
-	for {
-		procs := jobProcs(id)
-		if len(procs) == 0 {
-			return
+	var procs []jobProc
+	if !testenv.UntilEvery(200*time.Millisecond, lingerTimeout, func() bool {
+		procs = jobProcs(id)
+		return len(procs) == 0
+	}) {
+		var s []string
+		for _, p := range procs {
+			s = append(s, fmt.Sprintf("%d %s (node %s): %s", p.pid, p.comm, p.node, p.cmd))
 		}
-		if time.Now().After(deadline) {
-			var s []string
-			for _, p := range procs {
-				s = append(s, fmt.Sprintf("%d %s (node %s): %s", p.pid, p.comm, p.node, p.cmd))
-			}
-			t.Fatalf("job %s ended %v ago but left processes running:\n%s", id, lingerTimeout, strings.Join(s, "\n"))
-		}
-		time.Sleep(200 * time.Millisecond)
+		t.Fatalf("job %s ended %v ago but left processes running:\n%s", id, lingerTimeout, strings.Join(s, "\n"))
 	}
 }
 
@@ -428,7 +430,7 @@ func (c *cluster) staleCache(t *testing.T, node string, id int, unfinished bool)
 		}
 		args = []string{"add", transfer, src, filepath.Join(t.TempDir(), "stale")}
 	}
-	run(t, c.env, filepath.Join(binDir, "scr-ctl"), args...)
+	run(t, c.env, bins.Path(t, testenv.Ctl), args...)
 	return dir
 }
 
@@ -473,8 +475,8 @@ func TestSlurmCancelMidFlush(t *testing.T) {
 	c.removeNodeDirs(t, id)
 
 	// Wait until some node has durable bytes of a file it has not finished.
-	deadline := time.Now().Add(jobTimeout)
-	for mid := false; !mid; {
+	if !testenv.UntilEvery(20*time.Millisecond, jobTimeout, func() bool {
+		mid := false
 		for _, n := range slurmNodes {
 			v, _, err := c.transferView(t, n, id)
 			if err != nil {
@@ -489,10 +491,9 @@ func TestSlurmCancelMidFlush(t *testing.T) {
 		if j := c.job(t, id); slices.Contains(endStates, j["JobState"]) {
 			t.Fatalf("job %s ended (%s %s) before any file was partly flushed", id, j["JobState"], j["ExitCode"])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no file partly flushed after %v", jobTimeout)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return mid
+	}) {
+		t.Fatalf("no file partly flushed after %v", jobTimeout)
 	}
 	run(t, c.env, "scancel", id)
 	j := c.waitEnd(t, id)
@@ -592,10 +593,7 @@ func TestSlurmFlushJobToGluster(t *testing.T) {
 	c := slurmCluster(t)
 	root := os.Getenv("SCR_GLUSTER")
 	if root == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("SCR_GLUSTER is not set: CI brings GlusterFS up with test/gluster/up.sh before the Slurm cluster")
-		}
-		t.Skip("SCR_GLUSTER is not set: bring GlusterFS up with test/gluster/up.sh before test/field/slurm-up.sh")
+		testenv.Absent(t, "SCR_GLUSTER is not set: bring GlusterFS up with test/gluster/up.sh before test/field/slurm-up.sh")
 	}
 	dir, _, out := work(t)
 	pfs, err := os.MkdirTemp(filepath.Join(root, "field"), "slurm-")

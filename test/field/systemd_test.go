@@ -49,11 +49,11 @@ func nspawnContainer(t *testing.T) *container {
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "leader.pid"))
 	if err != nil {
-		absent(t, "no systemd-nspawn container (%v): boot one with `sudo test/field/nspawn-up.sh` (.ci/run does)", err)
+		testenv.Absent(t, "no systemd-nspawn container (%v): boot one with `sudo test/field/nspawn-up.sh` (.ci/run does)", err)
 	}
 	c := &container{dir: dir, leader: strings.TrimSpace(string(b))}
 	if comm, err := os.ReadFile(filepath.Join("/proc", c.leader, "comm")); err != nil || strings.TrimSpace(string(comm)) != "systemd" {
-		absent(t, "the container's PID 1 (host PID %s, from %s) is not running systemd (%v); console:\n%s",
+		testenv.Absent(t, "the container's PID 1 (host PID %s, from %s) is not running systemd (%v); console:\n%s",
 			c.leader, dir, err, tail(filepath.Join(dir, "console.log"), 30))
 	}
 	if state, err := c.try("systemctl", "is-system-running"); err != nil && strings.TrimSpace(state) != "degraded" {
@@ -137,14 +137,6 @@ func (c *container) journal(t *testing.T, unit string) string {
 // one at a time.
 var installMu sync.Mutex
 
-// plainBinaries returns scr-transferd and scr-ctl as a site installs them:
-// static, without the race detector (whose runtime a sandboxed unit's
-// LockPersonality= and system-call filter do not allow).
-func plainBinaries(t *testing.T) string {
-	t.Helper()
-	return plainBins.Need(t)
-}
-
 // unitJob is one instance of the system unit in the container, for one
 // transfer file.
 type unitJob struct {
@@ -167,7 +159,7 @@ func installUnits(t *testing.T, c *container) {
 	t.Helper()
 	installMu.Lock() // tests in parallel: one useradd
 	defer installMu.Unlock()
-	bin := plainBinaries(t)
+	bin := plainBins.Need(t)
 	c.install(t, filepath.Join(bin, "scr-transferd"), "/usr/local/bin/scr-transferd", 0o755)
 	c.install(t, filepath.Join(bin, "scr-ctl"), "/usr/local/bin/scr-ctl", 0o755)
 	c.install(t, "../../deploy/systemd/scr-transferd@.service", "/etc/systemd/system/scr-transferd@.service", 0o644)
@@ -288,26 +280,25 @@ func (j *unitJob) view() transfer.View {
 // as any file's WRITTEN goes back: a restarted daemon resumes from it.
 func (j *unitJob) waitView(what string, timeout time.Duration, cond func(v transfer.View) bool) transfer.View {
 	j.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if tree, err := j.store.Read(); err == nil {
-			v := transfer.Read(tree)
-			for _, f := range v.Files {
-				if f.Written < j.lastWritten[f.Src] {
-					j.t.Fatalf("%s: WRITTEN went back from %d to %d", f.Src, j.lastWritten[f.Src], f.Written)
-				}
-				j.lastWritten[f.Src] = f.Written
-			}
-			if cond(v) {
-				return v
-			}
+	var v transfer.View
+	if !testenv.UntilEvery(20*time.Millisecond, timeout, func() bool {
+		tree, err := j.store.Read()
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			tree, err := j.store.Read()
-			j.t.Fatalf("timed out after %v waiting for %s; transfer file (%v):\n%s", timeout, what, err, hashfile.Format(tree, 2))
+		v = transfer.Read(tree)
+		for _, f := range v.Files {
+			if f.Written < j.lastWritten[f.Src] {
+				j.t.Fatalf("%s: WRITTEN went back from %d to %d", f.Src, j.lastWritten[f.Src], f.Written)
+			}
+			j.lastWritten[f.Src] = f.Written
 		}
-		time.Sleep(20 * time.Millisecond)
+		return cond(v)
+	}) {
+		tree, err := j.store.Read()
+		j.t.Fatalf("timed out after %v waiting for %s; transfer file (%v):\n%s", timeout, what, err, hashfile.Format(tree, 2))
 	}
+	return v
 }
 
 // file returns the transfer file's entry of src.
@@ -429,13 +420,9 @@ func TestSystemdUnit(t *testing.T) {
 	// Metrics in node_exporter's textfile directory, made writable by the
 	// tmpfiles entry.
 	prom := "/var/lib/prometheus/node-exporter/" + strings.TrimSuffix(j.unit, ".service") + ".prom"
-	for deadline := time.Now().Add(unitTimeout); ; {
-		if _, err := os.Stat(c.path(prom)); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("no metrics file after %v: %v", unitTimeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var err error
+	if !testenv.UntilEvery(50*time.Millisecond, unitTimeout, func() bool { _, err = os.Stat(c.path(prom)); return err == nil }) {
+		t.Fatalf("no metrics file after %v: %v", unitTimeout, err)
 	}
 	if u := strings.TrimSpace(c.sh(t, "stat", "-c", "%U", "/proc/"+pid)); u != unitUser {
 		t.Fatalf("the daemon runs as %q, want %s (the instance's 90-job.conf)", u, unitUser)
@@ -466,32 +453,26 @@ func TestSystemdUnit(t *testing.T) {
 	big := j.checkpoint("ckpt2.big", 8<<20)
 	j.scrCtl("run", j.transfer)
 	j.waitView("durable bytes of the big file", unitTimeout, func(v transfer.View) bool { return file(v, big).Written > 0 })
-	deadline := time.Now().Add(unitTimeout)
-	for st := ""; !strings.HasPrefix(st, "RUNNING"); {
+	var st string
+	if !testenv.UntilEvery(50*time.Millisecond, unitTimeout, func() bool {
 		st = c.show(t, j.unit, "StatusText")["StatusText"]
-		if time.Now().After(deadline) {
-			t.Fatalf("StatusText=%q during the flush, want RUNNING", st)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return strings.HasPrefix(st, "RUNNING")
+	}) {
+		t.Fatalf("StatusText=%q during the flush, want RUNNING", st)
 	}
 
 	// The watchdog: a stopped daemon stops pinging; systemd kills and
 	// restarts it, and the new one resumes from WRITTEN.
 	restarts := c.show(t, j.unit, "NRestarts")["NRestarts"]
 	c.sh(t, "systemctl", "kill", "--kill-whom=main", "--signal=SIGSTOP", j.unit)
-	var newPID string
-	deadline = time.Now().Add(watchdogTimeout)
-	for {
-		p := c.show(t, j.unit, "ActiveState", "SubState", "MainPID", "NRestarts")
-		if p["NRestarts"] != restarts && p["ActiveState"] == "active" && p["SubState"] == "running" && p["MainPID"] != pid && p["MainPID"] != "0" {
-			newPID = p["MainPID"]
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no watchdog restart within %v of SIGSTOP: %v", watchdogTimeout, p)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var p map[string]string
+	if !testenv.UntilEvery(200*time.Millisecond, watchdogTimeout, func() bool {
+		p = c.show(t, j.unit, "ActiveState", "SubState", "MainPID", "NRestarts")
+		return p["NRestarts"] != restarts && p["ActiveState"] == "active" && p["SubState"] == "running" && p["MainPID"] != pid && p["MainPID"] != "0"
+	}) {
+		t.Fatalf("no watchdog restart within %v of SIGSTOP: %v", watchdogTimeout, p)
 	}
+	newPID := p["MainPID"]
 	if journal := j.c.journal(t, j.unit); !strings.Contains(journal, "Watchdog timeout") {
 		// systemd's own line is in the unit's journal as well.
 		t.Fatalf("the journal does not say why the daemon restarted:\n%s", lastLines(journal, 30))

@@ -65,7 +65,7 @@ func containerSlurm(t *testing.T, c *container) int {
 	containerSlurmOnce.Lock()
 	defer containerSlurmOnce.Unlock()
 	if _, err := c.try("sh", "-c", "command -v slurmctld && command -v slurmd && command -v munged"); err != nil {
-		absent(t, "Slurm is not installed in the container (nspawn-up.sh installs slurm-wlm and munge): %v", err)
+		testenv.Absent(t, "Slurm is not installed in the container (nspawn-up.sh installs slurm-wlm and munge): %v", err)
 	}
 	installUnits(t, c)
 	c.install(t, "../../deploy/systemd/user/scr-transferd@.service", "/etc/systemd/user/scr-transferd@.service", 0o644)
@@ -90,16 +90,9 @@ func containerSlurm(t *testing.T, c *container) int {
 	// The user manager, by lingering (no pam_systemd in slurmd's PAM here).
 	c.sh(t, "loginctl", "enable-linger", unitUser)
 	sock := fmt.Sprintf("/run/user/%d/systemd/private", uid)
-	deadline := time.Now().Add(unitTimeout)
-	for {
-		if _, err := os.Stat(c.path(sock)); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no user manager for %s after %v (%s missing): %s", unitUser, unitTimeout, sock,
-				lastLines(c.sh(t, "journalctl", "--no-pager", "-n", "30"), 30))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testenv.UntilEvery(100*time.Millisecond, unitTimeout, func() bool { _, err := os.Stat(c.path(sock)); return err == nil }) {
+		t.Fatalf("no user manager for %s after %v (%s missing): %s", unitUser, unitTimeout, sock,
+			lastLines(c.sh(t, "journalctl", "--no-pager", "-n", "30"), 30))
 	}
 	c.sh(t, "runuser", "-u", unitUser, "--", "env", fmt.Sprintf("XDG_RUNTIME_DIR=/run/user/%d", uid), "systemctl", "--user", "daemon-reload")
 
@@ -114,17 +107,13 @@ func containerSlurm(t *testing.T, c *container) int {
 		c.sh(t, "systemctl", "restart", "slurmctld")
 		c.sh(t, "systemctl", "restart", "slurmd")
 	}
-	deadline = time.Now().Add(unitTimeout)
-	for {
-		out, _ := c.try("sinfo", "-h", "-N", "-o", "%N %t")
-		if regexpLine(out, "scrfield (idle|mix|alloc)") {
-			break
-		}
-		if time.Now().After(deadline) {
-			log, _ := c.try("tail", "-n", "20", "/var/log/slurm/slurmctld.log", "/var/log/slurm/slurmd.log")
-			t.Fatalf("the container's Slurm node is not up after %v; sinfo: %q\n%s", unitTimeout, out, log)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var out string
+	if !testenv.UntilEvery(200*time.Millisecond, unitTimeout, func() bool {
+		out, _ = c.try("sinfo", "-h", "-N", "-o", "%N %t")
+		return regexpLine(out, "scrfield (idle|mix|alloc)")
+	}) {
+		log, _ := c.try("tail", "-n", "20", "/var/log/slurm/slurmctld.log", "/var/log/slurm/slurmd.log")
+		t.Fatalf("the container's Slurm node is not up after %v; sinfo: %q\n%s", unitTimeout, out, log)
 	}
 	return uid
 }
@@ -210,23 +199,23 @@ func (j *containerJob) userctl(args ...string) (string, error) {
 // waitEnd waits for the job's end and returns its fields.
 func (j *containerJob) waitEnd() map[string]string {
 	j.t.Helper()
-	deadline := time.Now().Add(jobTimeout)
-	for {
-		out := j.c.sh(j.t, "scontrol", "-o", "show", "job", j.id)
-		fields := map[string]string{}
+	var (
+		out    string
+		fields map[string]string
+	)
+	if !testenv.UntilEvery(200*time.Millisecond, jobTimeout, func() bool {
+		out = j.c.sh(j.t, "scontrol", "-o", "show", "job", j.id)
+		fields = map[string]string{}
 		for _, kv := range strings.Fields(out) {
 			if k, v, ok := strings.Cut(kv, "="); ok {
 				fields[k] = v
 			}
 		}
-		if slices.Contains(endStates, fields["JobState"]) {
-			return fields
-		}
-		if time.Now().After(deadline) {
-			j.t.Fatalf("job %s has not ended after %v: %s", j.id, jobTimeout, out)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return slices.Contains(endStates, fields["JobState"])
+	}) {
+		j.t.Fatalf("job %s has not ended after %v: %s", j.id, jobTimeout, out)
 	}
+	return fields
 }
 
 // oneDaemon stops the watch and fails unless exactly one daemon served the
@@ -246,10 +235,13 @@ func (j *containerJob) oneDaemon() {
 // process of the job is left in the container.
 func (j *containerJob) nothingLeft() {
 	j.t.Helper()
-	deadline := time.Now().Add(lingerTimeout)
-	for {
-		state, _ := j.userctl("show", "--property=ActiveState", "--value", j.unit)
-		var left []string
+	var (
+		state string
+		left  []string
+	)
+	if !testenv.UntilEvery(200*time.Millisecond, lingerTimeout, func() bool {
+		state, _ = j.userctl("show", "--property=ActiveState", "--value", j.unit)
+		left = nil
 		for _, p := range procsIn(j.pidNS) {
 			if p.job == j.id || p.comm == "scr-transferd" && strings.Contains(p.cmd, "/scr."+j.id+"/") ||
 				p.comm == "slurmstepd" && strings.HasPrefix(p.cmd, "slurmstepd: ["+j.id+".") {
@@ -257,13 +249,9 @@ func (j *containerJob) nothingLeft() {
 			}
 		}
 		state = strings.TrimSpace(state)
-		if len(left) == 0 && state == "inactive" {
-			return
-		}
-		if time.Now().After(deadline) {
-			j.t.Fatalf("job %s ended %v ago; user unit %s is %q; processes left:\n%s", j.id, lingerTimeout, j.unit, state, strings.Join(left, "\n"))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return len(left) == 0 && state == "inactive"
+	}) {
+		j.t.Fatalf("job %s ended %v ago; user unit %s is %q; processes left:\n%s", j.id, lingerTimeout, j.unit, state, strings.Join(left, "\n"))
 	}
 }
 
@@ -351,15 +339,11 @@ func TestSlurmSystemdJobCancelled(t *testing.T) {
 	uid := containerSlurm(t, c)
 	j := submitInContainer(t, c, uid, "../../deploy/slurm/flush-job-systemd.sbatch",
 		"FIELD_CKPTS=1", "FIELD_KB=4096", "FIELD_BW=256K")
-	deadline := time.Now().Add(jobTimeout)
-	for {
-		if state, _ := j.userctl("show", "--property=StatusText", "--value", j.unit); strings.HasPrefix(state, "RUNNING") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the user unit %s never reported RUNNING", j.unit)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testenv.UntilEvery(50*time.Millisecond, jobTimeout, func() bool {
+		state, _ := j.userctl("show", "--property=StatusText", "--value", j.unit)
+		return strings.HasPrefix(state, "RUNNING")
+	}) {
+		t.Fatalf("the user unit %s never reported RUNNING", j.unit)
 	}
 	c.sh(t, "scancel", j.id)
 	f := j.waitEnd()

@@ -33,11 +33,11 @@ func TestFlushAndRestart(t *testing.T) {
 			}
 			// The library flushes the last checkpoint itself if the daemon
 			// has not finished it by SCR_Finalize: the others are the daemon's.
-			if n := flushes(d.log.String()); n < ckpts-1 {
+			if n := flushes(d.Logs()); n < ckpts-1 {
 				t.Fatalf("the daemon completed %d flushes, want at least %d", n, ckpts-1)
 			}
 			noErrors(t, d)
-			if code := d.stop(t); code != 0 {
+			if code := stop(d); code != 0 {
 				t.Fatalf("daemon exit status %d on SIGTERM", code)
 			}
 			j.restart(ranks, ckpts)
@@ -65,14 +65,14 @@ func TestKillDaemonMidFlush(t *testing.T) {
 		}
 		return false
 	})
-	d.kill()
+	kill(d)
 	_, before := v.Totals()
 	t.Logf("killed with %d bytes recorded", before)
 	d2 := j.startDaemon(0o022, "--sync-interval=250ms")
 	r.wait(t)
 	j.checkPFS(ranks, 1, size)
 	j.checkPFS(ranks, 2, size)
-	log := d2.log.String()
+	log := d2.Logs()
 	if flushes(log) < 1 {
 		t.Fatalf("the new daemon completed no flush:\n%s", log)
 	}
@@ -107,7 +107,7 @@ func TestUmask002(t *testing.T) {
 			}
 		}
 	}
-	if n := flushes(d.log.String()); n < ckpts-1 {
+	if n := flushes(d.Logs()); n < ckpts-1 {
 		t.Fatalf("the daemon completed %d flushes, want at least %d", n, ckpts-1)
 	}
 	noErrors(t, d)
@@ -126,7 +126,7 @@ func TestFinalizeDuringFlush(t *testing.T) {
 	r := j.app(ranks, 0o022, []string{"SCR_FLUSH_ASYNC=1", fmt.Sprint("SCR_FLUSH_ASYNC_BW=", 2*mib)},
 		"write", "1", fmt.Sprint(size), "1500")
 	r.wait(t)
-	log := d.log.String()
+	log := d.Logs()
 	if !strings.Contains(log, "\tcopy\t") {
 		t.Fatalf("the daemon never began the flush:\n%s", log)
 	}

@@ -26,29 +26,15 @@ import (
 	"time"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
-// binDir holds the daemon, built once for the package.
-var binDir string
+// bins is this package's once-per-process build of scr-transferd; the
+// test application, compiled against each SCR build, is put beside it.
+var bins = testenv.NewBinaries(testenv.Build{Commands: []string{testenv.Daemon}})
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "scrlib-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	cmd := exec.Command("go", "build", "-o", dir, "../../cmd/scr-transferd")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the daemon:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, bins)) }
 
 // scrBuild is one SCR build (build.sh): its install prefix, the control
 // base it was compiled with, and the test application built against it.
@@ -69,10 +55,7 @@ func build(t *testing.T, locking string) *scrBuild {
 	env := "SCR_LIB_" + strings.ToUpper(locking)
 	prefix := os.Getenv(env)
 	if prefix == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set: .ci/run builds SCR 1.2.2 with test/scrlib/build.sh and exports it", env)
-		}
-		t.Skipf("%s is not set: run test/scrlib/build.sh and export what it prints", env)
+		testenv.Absent(t, "%s is not set: run test/scrlib/build.sh and export what it prints", env)
 	}
 	if v, ok := builds.Load(locking); ok {
 		if b, ok := v.(*scrBuild); ok {
@@ -103,7 +86,11 @@ func makeBuild(t *testing.T, locking, prefix, env string) (*scrBuild, error) {
 	if _, err := exec.LookPath("mpicc"); err != nil {
 		return nil, fmt.Errorf("mpicc: %w (install openmpi-bin libopenmpi-dev)", err)
 	}
-	app := filepath.Join(binDir, "scrlib-app-"+locking)
+	dir, err := bins.Dir()
+	if err != nil {
+		return nil, err
+	}
+	app := filepath.Join(dir, "scrlib-app-"+locking)
 	cmd := exec.Command("mpicc", "-O2", "-Wall", "-Werror", "-I"+filepath.Join(prefix, "include"), filepath.Join("app", "app.c"),
 		"-L"+filepath.Join(prefix, "lib"), "-Wl,-rpath,"+filepath.Join(prefix, "lib"), "-lscr", "-o", app)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -148,77 +135,31 @@ func newJob(t *testing.T, b *scrBuild) *job {
 	return j
 }
 
-// daemon is a running scr-transferd.
-type daemon struct {
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan struct{}
-}
-
-// syncBuffer is a bytes.Buffer safe for the daemon's output and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startDaemon starts the daemon serving the job's transfer file, with the
 // job's locking, and waits until it has recorded its STATE: SCR_Init waits
 // for STATE STOPPED without a timeout.
-func (j *job) startDaemon(umask int, flags ...string) *daemon {
+func (j *job) startDaemon(umask int, flags ...string) *testenv.Process {
 	j.t.Helper()
 	args := append([]string{"--locking=" + j.b.locking}, flags...)
 	args = append(args, j.transfer)
-	cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf("umask %03o; exec \"$0\" \"$@\"", umask), filepath.Join(binDir, "scr-transferd"))
+	cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf("umask %03o; exec \"$0\" \"$@\"", umask), bins.Path(j.t, testenv.Daemon))
 	cmd.Args = append(cmd.Args, args...)
-	d := &daemon{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = d.log, d.log
-	if err := cmd.Start(); err != nil {
-		j.t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(d.done) }()
-	j.t.Cleanup(func() {
-		d.kill()
-		if j.t.Failed() {
-			j.t.Logf("daemon log:\n%s", d.log.String())
-		}
-	})
+	d := testenv.Start(j.t, cmd)
 	j.waitFor("the daemon's STATE", func(v transfer.View) bool { return v.State != "" })
 	return d
 }
 
-// kill ends the daemon with SIGKILL and waits for it.
-func (d *daemon) kill() {
-	select {
-	case <-d.done:
-	default:
-		_ = d.cmd.Process.Signal(syscall.SIGKILL)
-		<-d.done
-	}
-}
-
 // stop ends the daemon with SIGTERM, as a job script does, and returns its
 // exit status.
-func (d *daemon) stop(t *testing.T) int {
-	t.Helper()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the daemon did not exit within 30 s of SIGTERM")
-	}
-	return d.cmd.ProcessState.ExitCode()
+func stop(d *testenv.Process) int {
+	_ = d.Cmd.Process.Signal(syscall.SIGTERM) // one that has exited says so by its status
+	return d.Wait(30 * time.Second)
+}
+
+// kill ends the daemon with SIGKILL and waits for it.
+func kill(d *testenv.Process) {
+	_ = d.Cmd.Process.Signal(syscall.SIGKILL)
+	d.Wait(time.Minute)
 }
 
 // view reads the transfer file without its lock, so as never to meet the
@@ -239,23 +180,20 @@ func (j *job) view() (transfer.View, bool) {
 // waitFor polls the transfer file until cond holds, failing after 60 s.
 func (j *job) waitFor(what string, cond func(transfer.View) bool) transfer.View {
 	j.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if v, ok := j.view(); ok && cond(v) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			j.t.Fatalf("no %s within 60 s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+	var v transfer.View
+	if !testenv.Until(60*time.Second, func() bool {
+		var ok bool
+		v, ok = j.view()
+		return ok && cond(v)
+	}) {
+		j.t.Fatalf("no %s within 60 s", what)
 	}
+	return v
 }
 
 // run is one run of the application.
 type run struct {
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	done   chan struct{}
+	*testenv.Process
 	cancel context.CancelFunc
 }
 
@@ -264,6 +202,7 @@ type run struct {
 func (j *job) app(ranks, umask int, env []string, args ...string) *run {
 	j.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	j.t.Cleanup(cancel)
 	mpirun := append([]string{"--allow-run-as-root", "--oversubscribe", "-np", fmt.Sprint(ranks), j.b.app}, args...)
 	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", fmt.Sprintf("umask %03o; exec mpirun \"$@\"", umask), "sh"}, mpirun...)...)
 	cmd.Dir = j.pfs
@@ -272,29 +211,18 @@ func (j *job) app(ranks, umask int, env []string, args ...string) *run {
 		"OMPI_MCA_rmaps_base_oversubscribe=1")
 	cmd.Env = append(cmd.Env, env...)
 	cmd.WaitDelay = 5 * time.Second
-	r := &run{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{}), cancel: cancel}
-	cmd.Stdout, cmd.Stderr = r.out, r.out
-	if err := cmd.Start(); err != nil {
-		cancel()
-		j.t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(r.done) }()
-	j.t.Cleanup(func() {
-		cancel()
-		<-r.done
-	})
-	return r
+	return &run{Process: testenv.Start(j.t, cmd), cancel: cancel}
 }
 
 // wait waits for the application and fails the test unless it succeeded
 // without a lock failure of the library.
 func (r *run) wait(t *testing.T) string {
 	t.Helper()
-	<-r.done
+	<-r.Done()
 	r.cancel()
-	out := r.out.String()
-	if err := r.cmd.ProcessState; err == nil || !err.Success() {
-		t.Fatalf("the application failed or hung (%v):\n%s", r.cmd.ProcessState, out)
+	out := r.Logs()
+	if err := r.Cmd.ProcessState; err == nil || !err.Success() {
+		t.Fatalf("the application failed or hung (%v):\n%s", r.Cmd.ProcessState, out)
 	}
 	if strings.Contains(out, "Failed to acquire file") {
 		t.Fatalf("the library failed a lock of the transfer file:\n%s", out)
@@ -366,9 +294,9 @@ func flushes(log string) int {
 }
 
 // noErrors fails if the daemon logged an ERROR.
-func noErrors(t *testing.T, d *daemon) {
+func noErrors(t *testing.T, d *testenv.Process) {
 	t.Helper()
-	for _, l := range strings.Split(d.log.String(), "\n") {
+	for _, l := range strings.Split(d.Logs(), "\n") {
 		if strings.Contains(l, "\tERROR\t") {
 			t.Fatalf("the daemon logged an ERROR: %s", l)
 		}
