@@ -49,6 +49,9 @@ type Batch struct {
 	// O_TMPFILE (Lustre, GPFS and NFS among them), so that the tests
 	// run that path on any file system.
 	named bool
+	// noList leaves the destination directories unlisted (see dirNames),
+	// so that a benchmark can weigh the listing.
+	noList bool
 
 	mu      sync.Mutex
 	dirs    []*batchDir
@@ -160,7 +163,10 @@ func (b *Batch) openDir(dir, root, who string) (*batchDir, error) {
 		_ = unix.Close(fd)
 		return nil, osErr(who, "cannot stat directory "+dir, err)
 	}
-	d := &batchDir{fd: fd, dev: st.Dev, ino: st.Ino, root: root, name: dir, names: listDir(fd, st.Size)}
+	d := &batchDir{fd: fd, dev: st.Dev, ino: st.Ino, root: root, name: dir}
+	if !b.noList {
+		d.names = listDir(fd, st.Size)
+	}
 	b.dirs = append(b.dirs, d)
 	b.parents = append(b.parents, parents...)
 	return d, nil

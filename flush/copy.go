@@ -91,6 +91,10 @@ type Options struct {
 	// each partial copy's record, and a partial copy of another owner is
 	// never written, emptied, resumed or removed (ErrPartialForeign).
 	Owner string
+
+	// noKick turns the sync_file_range write-back kicks off, so that a
+	// benchmark can weigh them.
+	noKick bool
 }
 
 // Job is one file to copy, as the transfer file describes it.
@@ -809,7 +813,7 @@ func (r *run) copyData() error {
 			if !hole {
 				r.tempSize = max(r.tempSize, off)
 			}
-			if off-r.kicked >= kickBytes {
+			if !r.c.o.noKick && off-r.kicked >= kickBytes {
 				// A hint only: errors are left for the fsync to report.
 				_ = unix.SyncFileRange(r.tmp, r.kicked, off-r.kicked, unix.SYNC_FILE_RANGE_WRITE)
 				r.kicked = off
@@ -1190,7 +1194,7 @@ func (r *run) hold(b *Batch) error {
 		_ = r.srcFile.Close()
 		r.srcFile = nil
 	}
-	if r.tempSize > r.kicked && r.tempSize >= kickHeld {
+	if !r.c.o.noKick && r.tempSize > r.kicked && r.tempSize >= kickHeld {
 		// Start the write-back now, so that the Batch's sync finds
 		// little left to write. A hint only: errors are left for the
 		// sync to report.
