@@ -194,10 +194,7 @@ func (d *daemon) startBatch(files []transfer.File) {
 // mostly writing their inodes, which the creation of the next group's
 // files then waits for (20,000 files of 1 KiB took 3.0 s overlapped
 // against 2.5 s one group after the other, while 2000 files of 64 KiB took
-// 0.37 s against 0.44 s). Groups that overlap share a flush.Writeback,
-// which starts the write-back of their files every few MiB while they are
-// copied: the first group's sync then no longer starts with all of its
-// bytes still to write.
+// 0.37 s against 0.44 s).
 const (
 	maxGroups  = 4        // groups a batch is picked for
 	overlapMin = 32 << 10 // smallest average file size whose groups overlap
@@ -278,10 +275,8 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	// held is how many groups may be held at once: the one being copied,
 	// and the one before it being made durable when they overlap.
 	held := 1
-	var wb *flush.Writeback // groups that overlap also start their write-back early
 	if n := int64(len(j.subs)); n > 0 && (j.file.Size-j.file.Written)/n >= overlapMin {
 		held = 2
-		wb = flush.NewWriteback()
 	}
 	ends := d.groupEnds(j.subs, d.groupFiles(held), d.groupFDs*(3-held))
 	// The copies the batch publishes are recorded, and the progress of a
@@ -369,8 +364,6 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 			}
 			cur = &group{b: flush.NewBatch(d.throttle, d.cfg.Flush.SyncEach), index: len(groups), first: next,
 				end: ends[len(groups)], opened: time.Now(), synced: make(chan struct{})}
-			cur.b.SetWriteback(wb)
-			cur.b.Expect(cur.end - cur.first)
 			groups = append(groups, cur)
 			d.groupEvent(groupOpened, cur.index)
 		case time.Since(cur.opened) >= interval:
@@ -418,7 +411,6 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	mu.Unlock()
 	close(handed)
 	<-recorded
-	wb.Wait()
 	return results[:taken] // every file taken is in a group, each recorded
 }
 

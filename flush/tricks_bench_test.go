@@ -17,17 +17,15 @@ import (
 // without it ("off") and reports files/s and MB/s, so that the two are
 // compared within one run. Run them with, for example,
 //
-//	go test -run '^$' -bench 'BenchmarkTrick' -benchtime 3x -count 5 ./flush/
+//	for i in 1 2 3 4 5 6; do go test -run '^$' -bench 'BenchmarkTrick' -benchtime 2x ./flush/; done
 //
-// and compare the medians of on and off.
+// and compare the medians of on and off, and their ratio in each round
+// (-count would run all the rounds of on before those of off).
 
 // batchSetup is how a benchmarked batch is flushed.
 type batchSetup struct {
-	opts      Options // each stream's Copier's
-	syncEach  bool    // NewBatch's
-	writeback bool    // a Writeback is set on the Batch
-	noList    bool    // Batch.noList
-	expect    bool    // Batch.Expect is told the number of files
+	opts     Options // each stream's Copier's
+	syncEach bool    // NewBatch's
 }
 
 // benchStreams is the number of Copiers a benchmarked batch runs at once,
@@ -68,20 +66,10 @@ func benchBatch(b *testing.B, srcs []string, size int64, s batchSetup) {
 		b.StartTimer()
 		t := NewThrottle()
 		bt := NewBatch(t, s.syncEach)
-		bt.noList = s.noList
-		if s.expect {
-			bt.Expect(len(srcs))
-		}
-		var wb *Writeback
-		if s.writeback {
-			wb = NewWriteback()
-			bt.SetWriteback(wb)
-		}
 		copyInto(b, ctx, t, bt, srcs, dst, size, s.opts)
 		if err := bt.Sync(ctx); err != nil {
 			b.Fatal(err)
 		}
-		wb.Wait()
 	}
 	secs := b.Elapsed().Seconds()
 	files := float64(len(srcs) * b.N)
@@ -130,15 +118,7 @@ func onOff(b *testing.B, n int, size int64, on, off batchSetup) {
 
 // daemonSetup returns how the daemon sets a batch up today: every
 // optimisation on.
-func daemonSetup() batchSetup { return batchSetup{writeback: true, expect: true} }
-
-// BenchmarkTrickWriteback: 2000 files of 64 KiB with and without the
-// Writeback's syncfs every few MiB while they are copied.
-func BenchmarkTrickWriteback(b *testing.B) {
-	off := daemonSetup()
-	off.writeback = false
-	onOff(b, 2000, 64<<10, daemonSetup(), off)
-}
+func daemonSetup() batchSetup { return batchSetup{} }
 
 // BenchmarkTrickKickHeld: 50 files of 4 MiB (the largest a batch takes)
 // with and without sync_file_range starting their write-back as they are
@@ -149,23 +129,6 @@ func BenchmarkTrickKickHeld(b *testing.B) {
 	onOff(b, 50, 4<<20, daemonSetup(), off)
 }
 
-// BenchmarkTrickListDir: 2000 files of 1 KiB into a new directory with and
-// without the listing of the destination directory that spares the
-// lookups of names it did not hold.
-func BenchmarkTrickListDir(b *testing.B) {
-	off := daemonSetup()
-	off.noList = true
-	onOff(b, 2000, 1<<10, daemonSetup(), off)
-}
-
-// BenchmarkTrickSlab: 2000 files of 1 KiB with the held copies' states in
-// one allocation made at once (Batch.Expect, see prefault) and without.
-func BenchmarkTrickSlab(b *testing.B) {
-	off := daemonSetup()
-	off.expect = false
-	onOff(b, 2000, 1<<10, daemonSetup(), off)
-}
-
 // BenchmarkTrickSyncfs: 500 files of 64 KiB made durable by one syncfs
 // (which needs the kernel version check, see syncfsReportsErrors) and by
 // an fsync of each.
@@ -173,33 +136,4 @@ func BenchmarkTrickSyncfs(b *testing.B) {
 	off := daemonSetup()
 	off.syncEach = true
 	onOff(b, 500, 64<<10, daemonSetup(), off)
-}
-
-// BenchmarkTrickKickBytes: one file of 256 MiB copied alone, with and
-// without sync_file_range starting the write-back every kickBytes.
-func BenchmarkTrickKickBytes(b *testing.B) {
-	const size = 256 << 20
-	dir := benchDir(b)
-	src := benchSource(b, dir, size)
-	dst := filepath.Join(dir, "dst")
-	for _, c := range []struct {
-		name string
-		o    Options
-	}{{"on", Options{}}, {"off", Options{noKick: true}}} {
-		b.Run(c.name, func(b *testing.B) {
-			cp := NewCopier(NewThrottle(), c.o)
-			for b.Loop() {
-				b.StopTimer()
-				if err := os.Remove(dst); err != nil && !os.IsNotExist(err) {
-					b.Fatal(err)
-				}
-				unix.Sync()
-				b.StartTimer()
-				if _, err := cp.Copy(context.Background(), Job{Src: src, Dst: dst, Size: size}, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(size)*float64(b.N)/1e6/b.Elapsed().Seconds(), "MB/s")
-		})
-	}
 }
