@@ -14,7 +14,6 @@ import (
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/logging"
-	"github.com/scr-transferd/scr-transferd/internal/prefault"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -56,11 +55,9 @@ func (d *daemon) batchable(f transfer.File) bool {
 // maxGroups × groupFiles(1) files).
 func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
 	// Room for the largest batch up front: growing the slice a file at a
-	// time copied it a dozen times at 2000 files (about 2 ms, most of it
-	// faulting in fresh pages).
+	// time copied it a dozen times at 2000 files.
 	most := maxGroups * d.groupFiles(1)
 	files := make([]transfer.File, 0, min(len(v.Files), most))
-	prefault.Slice(files)
 	var bytes int64
 	for _, f := range v.Files {
 		if f.Problem != nil || !f.Pending() {
@@ -162,10 +159,8 @@ func (d *daemon) startBatch(files []transfer.File) {
 	}
 	j := &job{file: agg, cancel: cancel, started: time.Now(), from: agg.Written}
 	j.durable.Store(agg.Written)
-	// The files' jobs in one allocation whose pages are made at once (see
-	// prefault): at 2000 files, 400 KB between the RUN and the first copy.
+	// The files' jobs in one allocation.
 	subs := make([]job, len(files))
-	prefault.Slice(subs)
 	j.subs = make([]*job, len(files))
 	for i, f := range files {
 		sub := &subs[i]
@@ -286,7 +281,6 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	grace, cancelGrace := d.graceContext(ctx)
 	defer cancelGrace()
 	results := make([]result, len(j.subs))
-	prefault.Slice(results)
 	handed := make(chan *group, len(ends)) // groups taken in full, in order
 
 	// Each group is made durable as soon as its copies are done, and the
