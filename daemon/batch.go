@@ -136,12 +136,9 @@ func (d *daemon) planDescriptors() {
 }
 
 // groupFiles is the most files a group takes when held groups are held at
-// once: batchFiles for two, twice as many (within maxBatchFiles) for one.
-// Groups of tiny files, which do not overlap, are then as large as the
-// descriptors allow: each group is one rewrite of the transfer file, which
-// at 100,000 entries is a 21 MB image (about 90 ms here), and under a low
-// RLIMIT_NOFILE (20000 here, 4096 under many schedulers) groups of
-// batchFiles files made twice as many of them.
+// once: batchFiles for two, twice as many (within maxBatchFiles) for one,
+// since each group costs a sync and a rewrite of the transfer file (see
+// BenchmarkGroupFiles).
 func (d *daemon) groupFiles(held int) int {
 	if held >= 2 {
 		return d.batchFiles
