@@ -14,7 +14,6 @@ import (
 	"github.com/scr-transferd/scr-transferd/flush"
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/logging"
-	"github.com/scr-transferd/scr-transferd/internal/prefault"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -56,11 +55,9 @@ func (d *daemon) batchable(f transfer.File) bool {
 // maxGroups × groupFiles(1) files).
 func (d *daemon) pickBatch(v transfer.View, now time.Time) []transfer.File {
 	// Room for the largest batch up front: growing the slice a file at a
-	// time copied it a dozen times at 2000 files (about 2 ms, most of it
-	// faulting in fresh pages).
+	// time copied it a dozen times at 2000 files.
 	most := maxGroups * d.groupFiles(1)
 	files := make([]transfer.File, 0, min(len(v.Files), most))
-	prefault.Slice(files)
 	var bytes int64
 	for _, f := range v.Files {
 		if f.Problem != nil || !f.Pending() {
@@ -139,12 +136,9 @@ func (d *daemon) planDescriptors() {
 }
 
 // groupFiles is the most files a group takes when held groups are held at
-// once: batchFiles for two, twice as many (within maxBatchFiles) for one.
-// Groups of tiny files, which do not overlap, are then as large as the
-// descriptors allow: each group is one rewrite of the transfer file, which
-// at 100,000 entries is a 21 MB image (about 90 ms here), and under a low
-// RLIMIT_NOFILE (20000 here, 4096 under many schedulers) groups of
-// batchFiles files made twice as many of them.
+// once: batchFiles for two, twice as many (within maxBatchFiles) for one,
+// since each group costs a sync and a rewrite of the transfer file (see
+// BenchmarkGroupFiles).
 func (d *daemon) groupFiles(held int) int {
 	if held >= 2 {
 		return d.batchFiles
@@ -162,10 +156,8 @@ func (d *daemon) startBatch(files []transfer.File) {
 	}
 	j := &job{file: agg, cancel: cancel, started: time.Now(), from: agg.Written}
 	j.durable.Store(agg.Written)
-	// The files' jobs in one allocation whose pages are made at once (see
-	// prefault): at 2000 files, 400 KB between the RUN and the first copy.
+	// The files' jobs in one allocation.
 	subs := make([]job, len(files))
-	prefault.Slice(subs)
 	j.subs = make([]*job, len(files))
 	for i, f := range files {
 		sub := &subs[i]
@@ -194,10 +186,7 @@ func (d *daemon) startBatch(files []transfer.File) {
 // mostly writing their inodes, which the creation of the next group's
 // files then waits for (20,000 files of 1 KiB took 3.0 s overlapped
 // against 2.5 s one group after the other, while 2000 files of 64 KiB took
-// 0.37 s against 0.44 s). Groups that overlap share a flush.Writeback,
-// which starts the write-back of their files every few MiB while they are
-// copied: the first group's sync then no longer starts with all of its
-// bytes still to write.
+// 0.37 s against 0.44 s).
 const (
 	maxGroups  = 4        // groups a batch is picked for
 	overlapMin = 32 << 10 // smallest average file size whose groups overlap
@@ -278,10 +267,8 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	// held is how many groups may be held at once: the one being copied,
 	// and the one before it being made durable when they overlap.
 	held := 1
-	var wb *flush.Writeback // groups that overlap also start their write-back early
 	if n := int64(len(j.subs)); n > 0 && (j.file.Size-j.file.Written)/n >= overlapMin {
 		held = 2
-		wb = flush.NewWriteback()
 	}
 	ends := d.groupEnds(j.subs, d.groupFiles(held), d.groupFDs*(3-held))
 	// The copies the batch publishes are recorded, and the progress of a
@@ -291,7 +278,6 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	grace, cancelGrace := d.graceContext(ctx)
 	defer cancelGrace()
 	results := make([]result, len(j.subs))
-	prefault.Slice(results)
 	handed := make(chan *group, len(ends)) // groups taken in full, in order
 
 	// Each group is made durable as soon as its copies are done, and the
@@ -369,8 +355,6 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 			}
 			cur = &group{b: flush.NewBatch(d.throttle, d.cfg.Flush.SyncEach), index: len(groups), first: next,
 				end: ends[len(groups)], opened: time.Now(), synced: make(chan struct{})}
-			cur.b.SetWriteback(wb)
-			cur.b.Expect(cur.end - cur.first)
 			groups = append(groups, cur)
 			d.groupEvent(groupOpened, cur.index)
 		case time.Since(cur.opened) >= interval:
@@ -418,7 +402,6 @@ func (d *daemon) copyBatch(ctx context.Context, j *job) []result {
 	mu.Unlock()
 	close(handed)
 	<-recorded
-	wb.Wait()
 	return results[:taken] // every file taken is in a group, each recorded
 }
 

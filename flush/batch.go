@@ -15,7 +15,6 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/flush/autobw"
 	"github.com/scr-transferd/scr-transferd/internal/eintr"
-	"github.com/scr-transferd/scr-transferd/internal/prefault"
 )
 
 // Batch lets several copies share the cost of making them durable. A copy
@@ -44,7 +43,6 @@ import (
 type Batch struct {
 	t        *Throttle
 	syncEach bool
-	wb       *Writeback // nil: none
 	// named makes every partial copy named, as on a file system without
 	// O_TMPFILE (Lustre, GPFS and NFS among them), so that the tests
 	// run that path on any file system.
@@ -54,80 +52,17 @@ type Batch struct {
 	dirs    []*batchDir
 	parents []string // directories whose entries changed when dirs were created
 	held    []*run
-	slab    []run            // where the states of held are kept (see slot)
-	expect  int              // copies the Batch is to hold, 0 if not told
 	noAnon  map[int]bool     // directories where partial copies must be named (see createAnon)
 	proc    bool             // /proc/self/fd was seen to name an unnamed file (see createAnon)
 	errs    map[string]error // outcome of each held copy, by destination, after Sync
 }
 
 type batchDir struct {
-	fd    int
-	dev   uint64
-	ino   uint64
-	root  string   // as asked for
-	name  string   // the path, as asked for
-	names dirNames // its entries when the Batch opened it
-}
-
-// dirNames are the names a destination directory held when a Batch opened
-// it, or nil where they were not listed (see listDir). A copy into the
-// directory looks a name up only if it was there: whether DESTINATION is
-// a directory, and whether a stale partial copy is to be reclaimed. Those
-// are two failed lookups per file otherwise, about a fifth of the system
-// calls of a small file's copy, and on a cluster file system a round trip
-// to a server each. A name that appears after the listing is one another
-// process made while the Batch ran: publishing still refuses to replace a
-// directory (rename(2) fails), and a partial copy made meanwhile is no
-// stale one of this daemon's.
-type dirNames map[string]struct{}
-
-// mayHave reports whether name may be in the directory: false only when
-// the listing says it was not.
-func (n dirNames) mayHave(name string) bool {
-	if n == nil {
-		return true
-	}
-	_, ok := n[name]
-	return ok
-}
-
-// listDirMax is the largest directory (its st_size) a Batch lists: about
-// 30,000 entries of short names on ext4. A larger one is left unlisted, its
-// names looked up one by one, so that a batch of a few files into a huge
-// directory does not read all of it.
-const listDirMax = 1 << 20
-
-// listDir returns the names in the directory open at fd, whose st_size is
-// size, or nil when it is larger than listDirMax or cannot be read. It
-// reads through a descriptor of its own, leaving fd's offset alone.
-func listDir(fd int, size int64) dirNames {
-	if size > listDirMax {
-		return nil
-	}
-	d, err := openAt(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return nil
-	}
-	defer unix.Close(d)
-	names := dirNames{}
-	buf := make([]byte, 32<<10)
-	for read := 0; ; {
-		n, err := eintr.Value(func() (int, error) { return unix.Getdents(d, buf) })
-		if err != nil {
-			return nil
-		}
-		if n <= 0 {
-			return names
-		}
-		if read += n; read > 4*listDirMax {
-			return nil // grown meanwhile: not worth finishing
-		}
-		_, _, found := unix.ParseDirent(buf[:n], -1, nil)
-		for _, name := range found {
-			names[name] = struct{}{}
-		}
-	}
+	fd   int
+	dev  uint64
+	ino  uint64
+	root string // as asked for
+	name string // the path, as asked for
 }
 
 // NewBatch returns an empty Batch whose Sync is paced by t (nil: no
@@ -139,8 +74,8 @@ func NewBatch(t *Throttle, syncEach bool) *Batch {
 
 // openDir returns the Batch's descriptor of the destination directory
 // dir (beneath root, if set), opening and creating it as a lone copy does
-// (openDir) the first time it is asked for, and the names it held then
-// (see dirNames). The descriptor stays the Batch's. The checks at
+// (openDir) the first time it is asked for. The descriptor stays the
+// Batch's. The checks at
 // publishing (Sync) look the names up afresh, so a directory moved after
 // it was opened is seen then, as for a lone copy.
 func (b *Batch) openDir(dir, root, who string) (*batchDir, error) {
@@ -160,53 +95,23 @@ func (b *Batch) openDir(dir, root, who string) (*batchDir, error) {
 		_ = unix.Close(fd)
 		return nil, osErr(who, "cannot stat directory "+dir, err)
 	}
-	d := &batchDir{fd: fd, dev: st.Dev, ino: st.Ino, root: root, name: dir, names: listDir(fd, st.Size)}
+	d := &batchDir{fd: fd, dev: st.Dev, ino: st.Ino, root: root, name: dir}
 	b.dirs = append(b.dirs, d)
 	b.parents = append(b.parents, parents...)
 	return d, nil
 }
-
-// SetWriteback has w start the write-back of the Batch's small copies as
-// they are held; w may be shared with other Batches.
-func (b *Batch) SetWriteback(w *Writeback) { b.wb = w }
 
 // hold takes over a completed copy, whose source r has closed: the Batch
 // keeps a copy of r's state, and r's partial copy and directory are the
 // Batch's now.
 func (b *Batch) hold(r *run) {
 	b.mu.Lock()
-	h := b.slot()
+	h := new(run)
 	*h = *r
 	h.src, h.seg.fd, h.whole = -1, -1, nil
 	b.held = append(b.held, h)
 	b.mu.Unlock()
-	if h.tempSize < kickHeld && !b.syncEach && b.t.unlimited() {
-		b.wb.held(h.tmp, h.tempSize)
-	}
 }
-
-// Expect tells the Batch how many copies it is to hold, so that their
-// states are kept in one allocation whose pages are made at once (see
-// prefault): a held copy's state is 1 KiB, 2 MB for a batch of 2000.
-func (b *Batch) Expect(n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.expect = n
-}
-
-// slot returns room for one more held copy's state. b.mu is held.
-func (b *Batch) slot() *run {
-	if len(b.slab) == cap(b.slab) {
-		// A new slab; the held copies in the last one keep it alive.
-		b.slab = make([]run, 0, max(b.expect-len(b.held), slabMin))
-		prefault.Slice(b.slab)
-	}
-	b.slab = b.slab[:len(b.slab)+1]
-	return &b.slab[len(b.slab)-1]
-}
-
-// slabMin is the fewest held copies' states allocated at once.
-const slabMin = 16
 
 // Held returns the number of copies waiting for Sync.
 func (b *Batch) Held() int {
@@ -297,7 +202,7 @@ func (b *Batch) Sync(ctx context.Context) error {
 	for _, d := range b.dirs {
 		_ = unix.Close(d.fd)
 	}
-	b.dirs, b.held, b.parents, b.slab = nil, nil, nil, nil
+	b.dirs, b.held, b.parents = nil, nil, nil
 	_ = ctx // Sync finishes what it holds; see above
 	var first error
 	for _, err := range b.errs {
@@ -365,9 +270,8 @@ type syncMode struct {
 // reports the write-back errors raised since its descriptor's open file
 // last synced (or was opened), and only once per open file: one of the
 // copies' partial copies would not do, as an error raised before it was
-// opened, or reported through it already (a Writeback's syncfs, through a
-// duplicate of it, for one), would not be reported again, and a copy whose
-// data never reached the disk would be published.
+// opened, or reported through it already, would not be reported again,
+// and a copy whose data never reached the disk would be published.
 func (b *Batch) syncData(beside func(), errs []error) (syncMode, error) {
 	m := syncMode{syncfs: map[uint64]int{}, failed: map[*run]error{}}
 	if !b.syncEach && syncfsReportsErrors() {

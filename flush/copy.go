@@ -30,15 +30,10 @@ const (
 )
 
 const (
-	// kickBytes: writeback of the partial copy is started every kickBytes so
-	// that the fsync closing a batch finds little left to write.
-	kickBytes = 8 << 20
-	// kickHeld: the write-back of a copy handed to a Batch is started at
-	// once if it holds this much or more. Smaller copies are left to the
-	// Batch's sync, and to its Writeback's syncfs every few MiB: starting
-	// the write-back of each costs more than it saves there (2000 files of
-	// 64 KiB flushed about 10 % faster without it, 100,000 of 1 KiB twice
-	// as fast).
+	// kickHeld: a copy of this many bytes or more handed to a Batch has
+	// its write-back started at once, so that the disk writes it while the
+	// streams copy the next files instead of all at the Batch's sync (see
+	// BenchmarkTrickKickHeld).
 	kickHeld = 1 << 20
 	// tempSuffix ends the name of a partial copy.
 	tempSuffix = PartialSuffix
@@ -91,6 +86,10 @@ type Options struct {
 	// each partial copy's record, and a partial copy of another owner is
 	// never written, emptied, resumed or removed (ErrPartialForeign).
 	Owner string
+
+	// noKick turns the sync_file_range write-back kicks off, so that a
+	// benchmark can weigh them.
+	noKick bool
 }
 
 // Job is one file to copy, as the transfer file describes it.
@@ -267,8 +266,7 @@ type run struct {
 	kicked   int64 // writeback started up to here
 	dropped  int64 // page cache dropped up to here
 
-	dirNames      dirNames // dir's entries as its Batch listed them, nil if unknown
-	dirDev        uint64   // dir as its Batch opened it (dirIno 0 for a lone copy)
+	dirDev        uint64 // dir as its Batch opened it (dirIno 0 for a lone copy)
 	dirIno        uint64
 	dirPlace      place // DESTINATION's directory, looked up afresh before an unnamed copy is linked
 	dirBorrowed   bool  // dir is the Batch's, not closed with the copy
@@ -505,7 +503,7 @@ func (r *run) openTemp() error {
 		if err != nil {
 			return err
 		}
-		r.dir, r.dirBorrowed, r.dirNames, r.dirDev, r.dirIno = d.fd, true, d.names, d.dev, d.ino
+		r.dir, r.dirBorrowed, r.dirDev, r.dirIno = d.fd, true, d.dev, d.ino
 	} else {
 		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
 		if err != nil {
@@ -514,12 +512,10 @@ func (r *run) openTemp() error {
 		r.dir, r.newDirParents = dir, parents
 		r.dirsPending = len(parents) > 0
 	}
-	if r.dirNames.mayHave(r.base) {
-		var st unix.Stat_t
-		if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			// rename(2) could not replace it: fail before copying anything.
-			return fmt.Errorf("%s: %w: it is a directory", r.dstName(), unix.EISDIR)
-		}
+	var st unix.Stat_t
+	if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		// rename(2) could not replace it: fail before copying anything.
+		return fmt.Errorf("%s: %w: it is a directory", r.dstName(), unix.EISDIR)
 	}
 	w := r.job.Written
 	var why string
@@ -689,7 +685,7 @@ func (r *run) createTemp() error {
 		// copy from 0 would reclaim it, or it would outlive the flush.
 		// One of another owner is left alone: an unnamed copy needs the
 		// name only if DESTINATION exists (see nameAnon).
-		if r.anon && r.dirNames.mayHave(r.tmpName) {
+		if r.anon {
 			if err := r.removeStalePartial(); err != nil && !errors.Is(err, ErrPartialForeign) {
 				_ = unix.Close(fd)
 				return err
@@ -808,11 +804,6 @@ func (r *run) copyData() error {
 			r.crcPos, r.pos, r.unsynced = off, off, r.unsynced+int64(n)
 			if !hole {
 				r.tempSize = max(r.tempSize, off)
-			}
-			if off-r.kicked >= kickBytes {
-				// A hint only: errors are left for the fsync to report.
-				_ = unix.SyncFileRange(r.tmp, r.kicked, off-r.kicked, unix.SYNC_FILE_RANGE_WRITE)
-				r.kicked = off
 			}
 			// Pause for PERCENT here, before a batch is fsynced and
 			// committed: no pause may stand between durable bytes and
@@ -1190,7 +1181,7 @@ func (r *run) hold(b *Batch) error {
 		_ = r.srcFile.Close()
 		r.srcFile = nil
 	}
-	if r.tempSize > r.kicked && r.tempSize >= kickHeld {
+	if !r.c.o.noKick && r.tempSize > r.kicked && r.tempSize >= kickHeld {
 		// Start the write-back now, so that the Batch's sync finds
 		// little left to write. A hint only: errors are left for the
 		// sync to report.

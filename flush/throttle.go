@@ -258,16 +258,6 @@ func (t *Throttle) setPercentAt(now time.Time, p float64) {
 	t.notifyLocked()
 }
 
-// unlimited tells whether neither BW nor PERCENT is set (or t is nil).
-func (t *Throttle) unlimited() bool {
-	if t == nil {
-		return true
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.limit == 0 && t.pct == 0
-}
-
 // Stats returns the pauses imposed so far.
 func (t *Throttle) Stats() ThrottleStats {
 	t.mu.Lock()

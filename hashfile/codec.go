@@ -9,8 +9,6 @@ import (
 	"hash/maphash"
 	"strings"
 	"unsafe"
-
-	"github.com/scr-transferd/scr-transferd/internal/prefault"
 )
 
 // Format constants of kvtree hash files, version 1.
@@ -109,10 +107,7 @@ func Decode(b []byte) (*Tree, error) {
 // children are left nil (see entry), and keys are copied into large shared
 // blocks, short ones that repeat (SIZE, WRITTEN, 0) only once, so that a
 // transfer file of thousands of entries costs a few allocations per
-// thousand keys and its tree does not keep the image alive. The slabs and
-// blocks are filled whole, so their pages are made at once (see prefault):
-// a daemon decoding a 2000-entry file for the first time took some 400
-// page faults in them.
+// thousand keys and its tree does not keep the image alive.
 type decoder struct {
 	b       []byte
 	off     int
@@ -134,7 +129,6 @@ const (
 func (d *decoder) newTree() *Tree {
 	if len(d.trees) == 0 {
 		d.trees = make([]Tree, d.slab)
-		prefault.Slice(d.trees)
 	}
 	t := &d.trees[0]
 	d.trees = d.trees[1:]
@@ -146,12 +140,10 @@ func (d *decoder) newTree() *Tree {
 func (d *decoder) newEntries(n int) []entry {
 	if n > d.slab/4 {
 		e := make([]entry, 0, n)
-		prefault.Slice(e)
 		return e
 	}
 	if len(d.entries) < n {
 		d.entries = make([]entry, d.slab)
-		prefault.Slice(d.entries)
 	}
 	e := d.entries[:0:n]
 	d.entries = d.entries[n:]
@@ -183,7 +175,6 @@ func (d *decoder) copyKey(b []byte) string {
 	}
 	if cap(d.text)-len(d.text) < len(b) {
 		d.text = make([]byte, 0, max(d.chunk, len(b)))
-		prefault.Bytes(d.text)
 	}
 	start := len(d.text)
 	d.text = append(d.text, b...)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/internal/backoff"
 	"github.com/scr-transferd/scr-transferd/internal/eintr"
-	"github.com/scr-transferd/scr-transferd/internal/prefault"
 )
 
 // ErrSymlink is returned by a guarded Store whose path is a symbolic link.
@@ -394,7 +393,6 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	old := len(s.buf)
 	if want := max(EncodedSize(t), old); cap(s.buf) < want {
 		grown := make([]byte, 0, want+want/32) // room to grow
-		prefault.Bytes(grown)
 		s.buf = append(grown, s.buf...)
 	}
 	img, from, exact := overwriteImage(s.buf, t)
@@ -602,7 +600,6 @@ func readAll(f *os.File, buf []byte) ([]byte, error) {
 	b := buf[:0]
 	if need := int(fi.Size()) + 1; cap(b) < need {
 		b = make([]byte, 0, need+need/32) // room for the file to grow
-		prefault.Bytes(b)
 	}
 	for {
 		n, err := f.ReadAt(b[len(b):cap(b)], int64(len(b)))

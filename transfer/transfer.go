@@ -10,7 +10,6 @@ import (
 	"math"
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
-	"github.com/scr-transferd/scr-transferd/internal/prefault"
 )
 
 // Keys of the transfer file (SCR's scr_keys.h), plus this project's
@@ -122,7 +121,6 @@ func Read(t *hashfile.Tree) View {
 		// Sized once: growing a slice of 100,000 entries step by step
 		// copies it a dozen times over.
 		v.Files = make([]File, 0, n)
-		prefault.Slice(v.Files)
 	}
 	for src, e := range files.All() {
 		v.Files = append(v.Files, readFile(src, e))
