@@ -77,10 +77,10 @@ func newGroupBenchDaemon(b *testing.B, dir string, srcs []string, size, batchFil
 		b.Fatal(err)
 	}
 	unix.Sync()
-	cfg := Config{TransferFile: tf, Streams: 2}
+	cfg := Config{Settings: Settings{TransferFile: tf, Streams: 2}}
 	cfg.setDefaults()
 	th := flush.NewThrottle()
-	d := &daemon{ctx: context.Background(), cfg: cfg, log: cfg.Log, store: hashfile.NewStore(tf, hashfile.Flock), throttle: th,
+	d := &daemon{ctx: context.Background(), cfg: cfg.Settings, log: cfg.Log, store: hashfile.NewStore(tf, hashfile.Flock), throttle: th,
 		copier: flush.NewCopier(th, cfg.Flush), beat: NewHeartbeat(0), batchFiles: batchFiles, results: make(chan result, 1)}
 	d.copiers = []*flush.Copier{d.copier, flush.NewCopier(th, cfg.Flush)}
 	d.planDescriptors()
