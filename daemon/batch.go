@@ -518,8 +518,37 @@ func (d *daemon) logGroups(gs []*group, err error) {
 // recordGroups records the copies of the groups gs, each made durable and
 // published all at once by its Batch's Sync, in one update, and sets their
 // outcomes in results, the batch's, indexed as its subs. The update waits
-// for the lock under grace, the batch's grace context.
+// for the lock under grace, the batch's grace context: the copies are
+// published, and recorded even when the batch is being stopped.
 func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, results []result) {
+	done := completed(gs, results)
+	if len(done) == 0 {
+		return
+	}
+	ps := make([]progress, len(done))
+	for i, r := range done {
+		ps[i] = progress{job: r.job, n: r.job.file.Size, crc: r.res.CRC, warnings: r.warnings}
+	}
+	err := d.record(grace, ps)
+	d.logGroups(gs, err)
+	for i, r := range done {
+		switch f := r.job.file; {
+		case ps[i].refused:
+			r.res.Complete, r.err = false, errEntryChanged
+		case err != nil:
+			r.job.unrecorded = noteUnrecorded(f, r.res.CRC, r.warnings)
+			r.res.Complete, r.err = false, fmt.Errorf("recording WRITTEN %d: %w", f.Size, err)
+		case f.Size > ps[i].prev:
+			j.durable.Add(f.Size - ps[i].prev)
+		}
+	}
+}
+
+// completed sets the outcome of each copy of the groups gs that its
+// group's Batch held (Batch.Err) in results, and returns the results of
+// the copies complete and to be recorded: those published by their Batch,
+// and those whose earlier copy only needed its record (recordOnly).
+func completed(gs []*group, results []result) []*result {
 	var done []*result
 	for _, g := range gs {
 		for i := g.first; i < g.end; i++ {
@@ -537,51 +566,68 @@ func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, result
 			}
 		}
 	}
-	if len(done) == 0 {
-		return
-	}
-	changed := make([]bool, len(done))
-	prevs := make([]int64, len(done))
-	stored := make([]bool, len(done)) // durable set to SIZE under the lock
-	// The copies are published: recorded even when the batch is being
-	// stopped, under the batch's grace (see copyBatch).
-	_, wrote, err := d.store.UpdateContext(grace, func(t *hashfile.Tree) error {
-		for i, r := range done {
-			f := r.job.file
-			prevs[i] = r.job.durable.Load()
-			if !transfer.SetComplete(t, f, prevs[i], r.res.CRC, r.warnings) {
-				changed[i] = true
-				continue
+	return done
+}
+
+// progress is one file's progress to record: WRITTEN n, and with n = SIZE
+// its completion (the CRC of its bytes and its checkpoint's warnings).
+// record sets prev, the WRITTEN its copy had recorded before, and refused.
+type progress struct {
+	job      *job
+	n        int64
+	crc      uint32
+	warnings string
+
+	prev    int64
+	refused bool // the entry holds a WRITTEN the library set: its value wins
+}
+
+// record records the progress ps, a lone file's commit or a batch's
+// completions, in one locked update of the transfer file. Each changes its
+// entry only while the entry holds what its copy last recorded (the
+// library's value wins: refused is set instead), and stores n as its job's
+// durable under the lock, so that the loop, comparing the entries with
+// durable under the same lock, never takes a commit for a change made by
+// the library. A completion sets WRITTEN = SIZE, the CRC and the end of
+// any ERROR in one update, so that no crash can leave a complete file
+// without its CRC. When the update fails nothing is recorded, and durable
+// goes back to what it was.
+func (d *daemon) record(ctx context.Context, ps []progress) error {
+	stored := make([]bool, len(ps)) // durable set under the lock
+	_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
+		for i := range ps {
+			p := &ps[i]
+			f := p.job.file
+			p.prev = p.job.durable.Load()
+			ok := false
+			if p.n == f.Size {
+				ok = transfer.SetComplete(t, f, p.prev, p.crc, p.warnings)
+			} else {
+				ok = transfer.SetWrittenFrom(t, f, p.prev, p.n)
 			}
-			// Under the file's lock, as for a single file: the loop compares
-			// the entries with durable under the same lock.
-			r.job.durable.Store(f.Size)
-			stored[i] = true
+			if p.refused = !ok; ok {
+				p.job.durable.Store(p.n)
+				stored[i] = true
+			}
 		}
 		return nil
 	})
-	if err == nil {
-		d.beat.workerBeat()
-		if wrote {
-			d.wroteOK.Store(true)
-		}
-	}
-	d.logGroups(gs, err)
-	for i, r := range done {
-		switch {
-		case changed[i]:
-			r.res.Complete, r.err = false, errEntryChanged
-		case err != nil:
+	if err != nil {
+		for i, p := range ps {
 			if stored[i] {
-				r.job.durable.Store(prevs[i])
-			}
-			r.job.unrecorded = noteUnrecorded(r.job.file, r.res.CRC, r.warnings)
-			r.res.Complete, r.err = false, fmt.Errorf("recording WRITTEN %d: %w", r.job.file.Size, err)
-		default:
-			if f := r.job.file; f.Size > prevs[i] {
-				d.copied.Add(f.Size - prevs[i])
-				j.durable.Add(f.Size - prevs[i])
+				p.job.durable.Store(p.prev)
 			}
 		}
+		return err
 	}
+	d.beat.workerBeat()
+	if wrote {
+		d.wroteOK.Store(true)
+	}
+	for _, p := range ps {
+		if !p.refused && p.n > p.prev {
+			d.copied.Add(p.n - p.prev)
+		}
+	}
+	return nil
 }
