@@ -737,3 +737,35 @@ func TestFirstErr(t *testing.T) {
 		})
 	}
 }
+
+// TestFinished: a sync step done counts as finished even when the context
+// has ended meanwhile; one not done is abandoned once the context ends.
+func TestFinished(t *testing.T) {
+	tests := []struct {
+		name         string
+		done, cancel bool
+		want         bool
+	}{
+		{"done", true, false, true},
+		{"done, context ended", true, true, true},
+		{"context ended first", false, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan struct{})
+			if tc.done {
+				close(done)
+			}
+			if tc.cancel {
+				cancel()
+			}
+			for range 20 { // select picks among ready cases at random
+				if got := finished(ctx, done); got != tc.want {
+					t.Fatalf("finished = %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}
