@@ -15,7 +15,6 @@ import (
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/logging"
 	"github.com/scr-transferd/scr-transferd/internal/prefault"
-	"github.com/scr-transferd/scr-transferd/internal/rate"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -481,52 +480,6 @@ func (b *batchRun) handLast() int {
 		b.handed <- last
 	}
 	return b.next
-}
-
-// finishBatch finishes each file of the batch r, and logs the batch as a
-// whole when its files are logged at debug.
-func (d *daemon) finishBatch(r result) {
-	var files int
-	var bytes int64
-	for _, sub := range r.batch {
-		if sub.err == nil && sub.res.Complete {
-			files++
-			bytes += sub.job.data
-		}
-		d.finish(sub)
-	}
-	if len(r.batch) > 0 && r.batch[0].job.quiet && files > 0 {
-		elapsed := time.Since(r.job.started)
-		d.log.Info("flushed a batch of files", zap.Int("files", files), logging.Bytes("bytes", bytes),
-			zap.String("first", r.batch[0].job.file.Src), zap.Duration("elapsed", elapsed),
-			logging.Rate("average_rate", rate.Average(bytes, elapsed)))
-	}
-}
-
-// flushed notes and logs the file of r, recorded complete.
-func (d *daemon) flushed(r result) {
-	f := r.job.file
-	d.logRecovered(f, d.retries[f.Src])
-	delete(d.retries, f.Src)
-	if r.warnings != d.warned[f.Src] {
-		if r.warnings != "" {
-			d.log.Warn("checkpoint flushed with a warning", zap.String("src", f.Src), zap.String("warning", r.warnings))
-		}
-		d.warned[f.Src] = r.warnings
-	}
-	d.lastOK = time.Now()
-	// Checked first: a batch's files are logged at debug, and their
-	// fields, built for nothing, took milliseconds between a batch's last
-	// record and FLAG DONE.
-	if ce := d.log.Check(r.job.level(), "flushed"); ce != nil {
-		elapsed := d.lastOK.Sub(r.job.started)
-		// copied: this attempt's data bytes, which elapsed and the rate
-		// are about (a resumed file's size is not, nor holes).
-		ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest), logging.Bytes("size", f.Size),
-			logging.Bytes("copied", r.job.data),
-			zap.String("crc", hashfile.FormatCRC(r.res.CRC)), zap.Duration("elapsed", elapsed),
-			logging.Rate("average_rate", rate.Average(r.job.data, elapsed)))
-	}
 }
 
 // groupEvent reports step e of group k of the batch under way to onGroup,
