@@ -589,7 +589,7 @@ func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, result
 	for i, r := range done {
 		ps[i] = progress{job: r.job, n: r.job.file.Size, crc: r.res.CRC, warnings: r.warnings}
 	}
-	err := d.record(grace, ps)
+	err := d.recordProgress(grace, ps)
 	d.logGroups(gs, err)
 	for i, r := range done {
 		switch f := r.job.file; {
@@ -631,7 +631,8 @@ func completed(gs []*group, results []result) []*result {
 
 // progress is one file's progress to record: WRITTEN n, and with n = SIZE
 // its completion (the CRC of its bytes and its checkpoint's warnings).
-// record sets prev, the WRITTEN its copy had recorded before, and refused.
+// recordProgress sets prev, the WRITTEN its copy had recorded before, and
+// refused.
 type progress struct {
 	job      *job
 	n        int64
@@ -642,7 +643,7 @@ type progress struct {
 	refused bool // the entry holds a WRITTEN the library set: its value wins
 }
 
-// record records the progress ps, a lone file's commit or a batch's
+// recordProgress records the progress ps, a lone file's commit or a batch's
 // completions, in one locked update of the transfer file. Each changes its
 // entry only while the entry holds what its copy last recorded (the
 // library's value wins: refused is set instead), and stores n as its job's
@@ -652,7 +653,7 @@ type progress struct {
 // any ERROR in one update, so that no crash can leave a complete file
 // without its CRC. When the update fails nothing is recorded, and durable
 // goes back to what it was.
-func (d *daemon) record(ctx context.Context, ps []progress) error {
+func (d *daemon) recordProgress(ctx context.Context, ps []progress) error {
 	stored := make([]bool, len(ps)) // durable set under the lock
 	_, wrote, err := d.store.UpdateContext(ctx, func(t *hashfile.Tree) error {
 		for i := range ps {

@@ -867,7 +867,8 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	}
 	// A commit changes WRITTEN only while the entry holds what this copy
 	// last recorded (or read at its start): if the library reset it or
-	// re-added the entry, its value wins and the copy stops (see record).
+	// re-added the entry, its value wins and the copy stops (see
+	// recordProgress).
 	cctx := j.grace
 	if cctx == nil {
 		var cancel context.CancelFunc
@@ -880,7 +881,7 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		if n == f.Size {
 			p[0].warnings = j.warnings(v)
 		}
-		if err := d.record(cctx, p); err != nil {
+		if err := d.recordProgress(cctx, p); err != nil {
 			return fmt.Errorf("recording WRITTEN %d: %w", n, err)
 		}
 		if p[0].refused {
