@@ -91,6 +91,13 @@ func (n dirNames) mayHave(name string) bool {
 	return ok
 }
 
+// mayHave reports whether name may be in directory d: false only when d,
+// listed by its Batch, did not hold it. Any name may be in a directory no
+// Batch opened (nil d).
+func (d *batchDir) mayHave(name string) bool {
+	return d == nil || d.names.mayHave(name)
+}
+
 // listDirMax is the largest directory (its st_size) a Batch lists: about
 // 30,000 entries of short names on ext4. A larger one is left unlisted, its
 // names looked up one by one, so that a batch of a few files into a huge

@@ -266,11 +266,11 @@ type run struct {
 	kicked   int64 // writeback started up to here
 	dropped  int64 // page cache dropped up to here
 
-	dirNames      dirNames // dir's entries as its Batch listed them, nil if unknown
-	dirDev        uint64   // dir as its Batch opened it (dirIno 0 for a lone copy)
-	dirIno        uint64
+	// bdir is dir as its Batch opened it, with the names it held then:
+	// its descriptor is the Batch's, not closed with the copy. nil for a
+	// lone copy.
+	bdir          *batchDir
 	dirPlace      place // DESTINATION's directory, looked up afresh before an unnamed copy is linked
-	dirBorrowed   bool  // dir is the Batch's, not closed with the copy
 	anon          bool  // the partial copy has no name yet (see createAnon)
 	linked        bool  // the unnamed copy was linked at DESTINATION, replacing nothing
 	recorded      bool  // rec is kept on the partial copy (see partialRecord)
@@ -504,7 +504,7 @@ func (r *run) openTemp() error {
 		if err != nil {
 			return err
 		}
-		r.dir, r.dirBorrowed, r.dirNames, r.dirDev, r.dirIno = d.fd, true, d.names, d.dev, d.ino
+		r.dir, r.bdir = d.fd, d
 	} else {
 		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
 		if err != nil {
@@ -513,7 +513,7 @@ func (r *run) openTemp() error {
 		r.dir, r.newDirParents = dir, parents
 		r.dirsPending = len(parents) > 0
 	}
-	if r.dirNames.mayHave(r.base) {
+	if r.bdir.mayHave(r.base) {
 		var st unix.Stat_t
 		if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			// rename(2) could not replace it: fail before copying anything.
@@ -698,7 +698,7 @@ func (r *run) createTemp() error {
 		// copy from 0 would reclaim it, or it would outlive the flush.
 		// One of another owner is left alone: an unnamed copy needs the
 		// name only if DESTINATION exists (see nameAnon).
-		if r.anon && r.dirNames.mayHave(r.tmpName) {
+		if r.anon && r.bdir.mayHave(r.tmpName) {
 			if err := r.removeStalePartial(); err != nil && !errors.Is(err, ErrPartialForeign) {
 				_ = unix.Close(fd)
 				return err
@@ -1305,11 +1305,12 @@ func (r *run) place() error {
 // (from the root when confined), is still the directory the Batch opened
 // and the copy was made in: the check checkTempPlace makes for a named
 // partial copy, for an unnamed one, before it is linked. An unnamed copy
-// that fails it leaves nothing behind.
+// that fails it leaves nothing behind. Only a Batch's copy is unnamed, so
+// r.bdir is set.
 func (r *run) checkDirPlace() error {
 	var st unix.Stat_t
 	err := r.dirPlace.stat(&st)
-	if err == nil && st.Dev == r.dirDev && st.Ino == r.dirIno {
+	if err == nil && st.Dev == r.bdir.dev && st.Ino == r.bdir.ino {
 		return nil
 	}
 	detail := "leads to another directory"
@@ -1500,7 +1501,7 @@ func (r *run) closeFiles() error {
 		_ = unix.Close(r.src)
 		r.src = -1
 	}
-	if r.dir >= 0 && !r.dirBorrowed {
+	if r.dir >= 0 && r.bdir == nil {
 		_ = unix.Close(r.dir)
 	}
 	r.dir = -1
