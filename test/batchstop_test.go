@@ -82,7 +82,7 @@ func TestStopDuringBatchSync(t *testing.T) {
 			}
 		}
 	}
-	if !d.alive() {
+	if !d.Alive() {
 		t.Fatal("the daemon exited on STOP")
 	}
 
