@@ -422,11 +422,10 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		v = &checkpointVerifier{path: f.Src, root: root, pace: pace, bufs: &d.bufs}
 		fj.Verify = v
 	}
-	// The final commit records WRITTEN = SIZE, the CRC and the end of any
-	// ERROR in one update, so that no crash can leave a complete file
-	// without its CRC. A commit changes WRITTEN only while the entry holds
-	// what this copy last recorded (or read at its start): if the library
-	// reset it or re-added the entry, its value wins and the copy stops.
+	// A commit changes WRITTEN only while the entry holds what this copy
+	// last recorded (or read at its start): if the library reset it or
+	// re-added the entry, its value wins and the copy stops (see
+	// recordProgress).
 	cctx := j.grace
 	if cctx == nil {
 		var cancel context.CancelFunc
@@ -434,44 +433,19 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 		defer cancel()
 	}
 	commit := func(n int64, crc uint32) error {
-		ok, stored := true, false
-		var prev int64
 		began := time.Now()
-		_, wrote, err := d.store.UpdateContext(cctx, func(t *hashfile.Tree) error {
-			prev = j.durable.Load()
-			if n == f.Size {
-				ok = transfer.SetComplete(t, f, prev, crc, j.warnings(v))
-			} else {
-				ok = transfer.SetWrittenFrom(t, f, prev, n)
-			}
-			if ok {
-				// Under the file's lock, so that the loop, comparing the
-				// entry with durable under the same lock, never takes this
-				// commit for a change made by the library.
-				j.durable.Store(n)
-				stored = true
-			}
-			return nil
-		})
-		if err != nil {
-			if stored {
-				// Not recorded after all (the image could not be written).
-				j.durable.Store(prev)
-			}
+		p := []progress{{job: j, n: n, crc: crc}}
+		if n == f.Size {
+			p[0].warnings = j.warnings(v)
+		}
+		if err := d.recordProgress(cctx, p); err != nil {
 			return fmt.Errorf("recording WRITTEN %d: %w", n, err)
 		}
-		d.beat.workerBeat()
-		if wrote {
-			d.wroteOK.Store(true)
-		}
-		if !ok {
+		if p[0].refused {
 			return errEntryChanged
 		}
 		d.log.Debug("committed WRITTEN", zap.String("src", f.Src), logging.Bytes("written", n),
 			logging.Bytes("size", f.Size), zap.Duration("update", time.Since(began)))
-		if n > prev {
-			d.copied.Add(n - prev)
-		}
 		return nil
 	}
 	if res, ok, err := recordOnly(j, commit); ok {

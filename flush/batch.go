@@ -144,9 +144,9 @@ var errNotHeld = errors.New("not completed in this batch")
 
 // Sync makes the held copies durable and publishes them, then releases
 // everything the Batch holds; Err tells each copy's outcome. It returns
-// the first error, nil if every held copy is durable under its name. It
-// does not stop half-way when ctx ends: the copies are complete, and
-// finishing them is quicker than copying them again.
+// nil if every held copy is durable under its name, else the error of the
+// copy whose DESTINATION sorts first, so that the same outcome gives the
+// same error whatever order the copies were held in.
 //
 // The data first, then the names: a name never leads to bytes that are
 // not durable. The lookups each copy needs are made while Sync waits for
@@ -155,63 +155,175 @@ var errNotHeld = errors.New("not completed in this batch")
 // Each is made after the copy and before the copy is recorded, where the
 // promise needs it; at 2000 files of 64 KiB they are 4000 path lookups,
 // which otherwise stood between the last copy and its record.
+//
+// When ctx ends (the flush is stopped), Sync returns at once: the fsync or
+// syncfs under way goes on in a goroutine of its own, which then closes
+// the copies, and its outcome is not used. A copy whose data was not made
+// durable before ctx ended is not published, and one whose name was not
+// made durable is not reported durable: each fails with ctx's error,
+// leaving WRITTEN where its last commit put it. On a stalled destination
+// an fsync can last minutes, while the library waits for STOPPED.
 func (b *Batch) Sync(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	s := &heldSet{t: b.t, syncEach: b.syncEach, held: b.held, dirs: b.dirs, parents: b.parents}
+	b.dirs, b.held, b.parents = nil, nil, nil
 	w := b.t.Begin()
 	defer w.End()
-	errs := make([]error, len(b.held)) // each held copy's outcome, in the order of held
-	mode, err := b.syncData(func() {
-		b.each(func(i int, r *run) { errs[i] = r.checkSource() })
-	}, errs)
-	for i, r := range b.held {
-		switch {
-		case err != nil:
-			errs[i] = osErr(r.dstName(), "cannot make partial copy "+r.tmpPath+" durable", err)
-		case mode.failed[r] != nil:
-			errs[i] = osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, mode.failed[r])
+	errs := s.publish(ctx)
+	b.errs = make(map[string]error, len(s.held))
+	for i, r := range s.held {
+		if _, ok := b.errs[r.dst]; !ok || errs[i] != nil {
+			b.errs[r.dst] = errs[i]
 		}
 	}
-	b.each(func(i int, r *run) {
+	return firstErr(b.errs)
+}
+
+// firstErr returns the error of errs whose destination sorts first, nil
+// if there is none.
+func firstErr(errs map[string]error) error {
+	var first string
+	var err error
+	for dst, e := range errs {
+		if e != nil && (err == nil || dst < first) {
+			first, err = dst, e
+		}
+	}
+	return err
+}
+
+// heldSet is what one Sync makes durable and publishes: the copies a
+// Batch held and the directories it opened, taken from the Batch so that
+// a sync abandoned when its context ends can finish with them on its own.
+type heldSet struct {
+	t        *Throttle
+	syncEach bool
+	held     []*run
+	dirs     []*batchDir
+	parents  []string // directories whose entries changed when dirs were created
+}
+
+// publish makes the held copies durable, publishes them and makes their
+// names durable, and returns each copy's outcome, in the order of held.
+func (s *heldSet) publish(ctx context.Context) []error {
+	errs := make([]error, len(s.held))
+	mode, ok := s.makeDurable(ctx, errs)
+	if !ok {
+		for i, r := range s.held {
+			errs[i] = fmt.Errorf("%s: %w: stopped before the copy was durable; nothing was published", r.dstName(), ctx.Err())
+		}
+		return errs
+	}
+	s.each(func(i int, r *run) {
 		if errs[i] == nil {
 			r.dropCache()
 			errs[i] = r.place()
 		}
 	})
 	var names error
-	synced := background(func() { names = b.syncNames(mode) })
-	b.each(func(i int, r *run) {
+	synced := background(func() { names = s.syncNames(mode) })
+	s.each(func(i int, r *run) {
 		if errs[i] == nil { // placed under its name
 			errs[i] = r.checkPlaced()
 		}
-		r.dir = -1 // the Batch's, closed below
+		r.dir = -1 // the Batch's, closed once the names are durable
 		if cerr := r.closeFiles(); cerr != nil && errs[i] == nil {
 			errs[i] = cerr
 		}
 	})
-	<-synced
-	b.errs = make(map[string]error, len(b.held))
-	for i, r := range b.held {
+	if !finished(ctx, synced) {
+		go func() {
+			<-synced
+			s.closeDirs()
+		}()
+		names = fmt.Errorf("%w: stopped before the published names were durable; not recorded", ctx.Err())
+	} else {
+		s.closeDirs()
+	}
+	for i := range errs {
 		if errs[i] == nil && names != nil {
-			errs[i] = names
-		}
-		if _, ok := b.errs[r.dst]; !ok || errs[i] != nil {
-			b.errs[r.dst] = errs[i]
+			errs[i] = fmt.Errorf("%s: %w", s.held[i].dstName(), names)
 		}
 	}
-	for _, d := range b.dirs {
+	return errs
+}
+
+// makeDurable makes the data of the held copies durable (syncData),
+// checking their sources meanwhile, and sets in errs the copies that
+// failed either. It reports false, having set nothing, when ctx ends
+// first (or had ended): the sync then goes on in the background, which
+// releases the copies once it returns (see abandon).
+func (s *heldSet) makeDurable(ctx context.Context, errs []error) (syncMode, bool) {
+	if ctx.Err() != nil {
+		s.abandon()
+		return syncMode{}, false
+	}
+	var mode syncMode
+	var err error
+	checked := make([]error, len(s.held)) // each source's check, then fsync's failure
+	done := background(func() {
+		mode, err = s.syncData(func() {
+			s.each(func(i int, r *run) { checked[i] = r.checkSource() })
+		}, checked)
+	})
+	if !finished(ctx, done) || ctx.Err() != nil {
+		go func() {
+			<-done
+			s.abandon()
+		}()
+		return syncMode{}, false
+	}
+	for i, r := range s.held {
+		switch {
+		case checked[i] != nil:
+			errs[i] = checked[i]
+		case err != nil:
+			errs[i] = osErr(r.dstName(), "cannot make partial copy "+r.tmpPath+" durable", err)
+		case mode.failed[r] != nil:
+			errs[i] = osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, mode.failed[r])
+		}
+	}
+	return mode, true
+}
+
+// finished waits for done and reports true, or false if ctx ends first.
+// A done already closed wins over an ended ctx.
+func finished(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// abandon releases the held copies of a sync abandoned before anything was
+// published: an unnamed copy goes with its descriptor, a named one that
+// holds no committed progress is removed (it would be reclaimed by the
+// next copy anyway, and no later copy may come), one that does is kept
+// for the next copy to resume from its last commit.
+func (s *heldSet) abandon() {
+	for _, r := range s.held {
+		if !r.anon && r.res.Written == 0 {
+			_ = r.discardTemp() // through the Batch's directory, still open
+		}
+		r.dir = -1 // the Batch's, closed below
+		_ = r.closeFiles()
+	}
+	s.closeDirs()
+}
+
+// closeDirs closes the directories the Batch opened.
+func (s *heldSet) closeDirs() {
+	for _, d := range s.dirs {
 		_ = unix.Close(d.fd)
 	}
-	b.dirs, b.held, b.parents = nil, nil, nil
-	_ = ctx // Sync finishes what it holds; see above
-	var first error
-	for _, err := range b.errs {
-		if err != nil {
-			first = err
-			break
-		}
-	}
-	return first
 }
 
 // background runs f in a goroutine of its own; the channel is closed once
@@ -234,15 +346,15 @@ const maxPublishers = 4
 // is a few lookups or a link waiting on the file system, and thousands of
 // them one after the other would add up while the batch's last group is
 // all that is left to do.
-func (b *Batch) each(f func(i int, r *run)) {
+func (s *heldSet) each(f func(i int, r *run)) {
 	var next atomic.Int64
 	work := func() {
-		for i := int(next.Add(1) - 1); i < len(b.held); i = int(next.Add(1) - 1) {
-			f(i, b.held[i])
+		for i := int(next.Add(1) - 1); i < len(s.held); i = int(next.Add(1) - 1) {
+			f(i, s.held[i])
 		}
 	}
 	var wg sync.WaitGroup
-	for range min(maxPublishers, runtime.GOMAXPROCS(0), len(b.held)) - 1 {
+	for range min(maxPublishers, runtime.GOMAXPROCS(0), len(s.held)) - 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -270,12 +382,13 @@ type syncMode struct {
 // reports the write-back errors raised since its descriptor's open file
 // last synced (or was opened), and only once per open file: one of the
 // copies' partial copies would not do, as an error raised before it was
-// opened, or reported through it already, would not be reported again,
-// and a copy whose data never reached the disk would be published.
-func (b *Batch) syncData(beside func(), errs []error) (syncMode, error) {
+// opened, or reported through it already (a Writeback's syncfs, through a
+// duplicate of it, for one), would not be reported again, and a copy whose
+// data never reached the disk would be published.
+func (s *heldSet) syncData(beside func(), errs []error) (syncMode, error) {
 	m := syncMode{syncfs: map[uint64]int{}, failed: map[*run]error{}}
-	if !b.syncEach && syncfsReportsErrors() {
-		for _, d := range b.dirs { // in the order they were opened
+	if !s.syncEach && syncfsReportsErrors() {
+		for _, d := range s.dirs { // in the order they were opened
 			if _, ok := m.syncfs[d.dev]; !ok && syncfsCovers(d.fd) {
 				m.syncfs[d.dev] = d.fd
 			}
@@ -292,16 +405,16 @@ func (b *Batch) syncData(beside func(), errs []error) (syncMode, error) {
 	if err != nil {
 		return m, err
 	}
-	for i, r := range b.held {
+	for i, r := range s.held {
 		if _, ok := m.syncfs[r.tmpStat.Dev]; ok || errs[i] != nil {
 			continue
 		}
-		began := b.t.clock()
+		began := s.t.clock()
 		if err := fsync(r.tmp); err != nil {
 			m.failed[r] = err
 			continue
 		}
-		b.t.observe(began, autobw.Commit, r.unsynced)
+		s.t.observe(began, autobw.Commit, r.unsynced)
 	}
 	return m, nil
 }
@@ -309,13 +422,13 @@ func (b *Batch) syncData(beside func(), errs []error) (syncMode, error) {
 // syncNames makes the renames and the directories the copies created
 // durable: syncfs again where the data was synced that way, an fsync of
 // each directory once elsewhere.
-func (b *Batch) syncNames(m syncMode) error {
+func (s *heldSet) syncNames(m syncMode) error {
 	for _, fd := range m.syncfs {
 		if err := eintr.Do(func() error { return unix.Syncfs(fd) }); err != nil {
 			return fmt.Errorf("cannot make the published names durable: %w", err)
 		}
 	}
-	for _, d := range b.parents {
+	for _, d := range s.parents {
 		if syncedWhole(m, d) {
 			continue
 		}
@@ -323,7 +436,7 @@ func (b *Batch) syncNames(m syncMode) error {
 			return fmt.Errorf("cannot fsync directory %s: %w", d, err)
 		}
 	}
-	for _, d := range b.dirs {
+	for _, d := range s.dirs {
 		if _, ok := m.syncfs[d.dev]; ok {
 			continue
 		}

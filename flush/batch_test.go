@@ -572,3 +572,105 @@ func failingExt4(t *testing.T) string {
 	}
 	return mnt
 }
+
+// TestBatchSyncStoppedPublishesNothing: a Sync whose context has ended
+// (the flush stopped before the group was made durable) publishes nothing
+// and reports every held copy stopped, with ctx's error; the named partial
+// copies, which hold no committed progress, are not left behind, and the
+// Batch holds nothing afterwards. Unnamed and named partial copies both.
+func TestBatchSyncStoppedPublishesNothing(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		t.Run(fmt.Sprintf("named=%v", named), func(t *testing.T) {
+			dir := t.TempDir()
+			c := NewCopier(nil, Options{})
+			b := NewBatch(nil, false)
+			b.named = named
+			var dsts []string
+			for i := range 3 {
+				src := filepath.Join(dir, fmt.Sprintf("src%d", i))
+				if err := os.WriteFile(src, []byte("checkpoint bytes"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				dst := filepath.Join(dir, "pfs", fmt.Sprintf("f%d", i))
+				if res, err := c.Copy(context.Background(), Job{Src: src, Dst: dst, Size: 16, Batch: b}, nil); err != nil || !res.Held {
+					t.Fatalf("%s: %+v, %v: want held", dst, res, err)
+				}
+				dsts = append(dsts, dst)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := b.Sync(ctx); !errors.Is(err, context.Canceled) {
+				t.Errorf("Sync after the context ended = %v, want context.Canceled", err)
+			}
+			for _, dst := range dsts {
+				if err := b.Err(dst); !errors.Is(err, context.Canceled) {
+					t.Errorf("%s: Err = %v, want context.Canceled", dst, err)
+				}
+				if _, err := os.Lstat(dst); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s published by a stopped Sync (%v)", dst, err)
+				}
+				if _, err := os.Lstat(TempPath(dst)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("partial copy of %s left behind (%v)", dst, err)
+				}
+			}
+			if n, h := b.Dirs(), b.Held(); n != 0 || h != 0 {
+				t.Errorf("%d directories and %d copies left after Sync", n, h)
+			}
+		})
+	}
+}
+
+func TestFirstErr(t *testing.T) {
+	errA, errB := errors.New("a"), errors.New("b")
+	tests := []struct {
+		name string
+		errs map[string]error
+		want error
+	}{
+		{"none", map[string]error{"/p/a": nil, "/p/b": nil}, nil},
+		{"one", map[string]error{"/p/a": nil, "/p/b": errB}, errB},
+		{"the first destination's", map[string]error{"/p/b": errB, "/p/a": errA, "/p/c": errB}, errA},
+		{"empty", nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 20 { // map order differs from run to run
+				if got := firstErr(tc.errs); got != tc.want {
+					t.Fatalf("firstErr = %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestFinished: a sync step done counts as finished even when the context
+// has ended meanwhile; one not done is abandoned once the context ends.
+func TestFinished(t *testing.T) {
+	tests := []struct {
+		name         string
+		done, cancel bool
+		want         bool
+	}{
+		{"done", true, false, true},
+		{"done, context ended", true, true, true},
+		{"context ended first", false, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan struct{})
+			if tc.done {
+				close(done)
+			}
+			if tc.cancel {
+				cancel()
+			}
+			for range 20 { // select picks among ready cases at random
+				if got := finished(ctx, done); got != tc.want {
+					t.Fatalf("finished = %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}

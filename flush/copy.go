@@ -266,10 +266,10 @@ type run struct {
 	kicked   int64 // writeback started up to here
 	dropped  int64 // page cache dropped up to here
 
-	dirDev        uint64 // dir as its Batch opened it (dirIno 0 for a lone copy)
-	dirIno        uint64
+	// bdir is dir as its Batch opened it: its descriptor is the Batch's,
+	// not closed with the copy. nil for a lone copy.
+	bdir          *batchDir
 	dirPlace      place // DESTINATION's directory, looked up afresh before an unnamed copy is linked
-	dirBorrowed   bool  // dir is the Batch's, not closed with the copy
 	anon          bool  // the partial copy has no name yet (see createAnon)
 	linked        bool  // the unnamed copy was linked at DESTINATION, replacing nothing
 	recorded      bool  // rec is kept on the partial copy (see partialRecord)
@@ -503,7 +503,7 @@ func (r *run) openTemp() error {
 		if err != nil {
 			return err
 		}
-		r.dir, r.dirBorrowed, r.dirDev, r.dirIno = d.fd, true, d.dev, d.ino
+		r.dir, r.bdir = d.fd, d
 	} else {
 		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
 		if err != nil {
@@ -551,25 +551,10 @@ func (r *run) openTemp() error {
 // the reason when the partial copy cannot be resumed.
 func (r *run) resume() (ok bool, why string, err error) {
 	w := r.job.Written
-	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return false, fmt.Sprintf("partial copy %s is missing", r.tmpPath), nil
+	st, why, err := r.openPartial()
+	if err != nil || why != "" {
+		return false, why, err
 	}
-	if err != nil {
-		return false, "", osErr(r.dstName(), "cannot open partial copy "+r.tmpPath, err)
-	}
-	r.tmp = fd
-	if err := r.lockTemp(); err != nil {
-		return false, "", err
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return false, "", osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return false, "", fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(st.Mode))
-	}
-	r.tmpStat = st
 	rec, why, err := r.resumable(&st)
 	if errors.Is(err, ErrPartialForeign) {
 		// The name leads to another owner's partial copy: whatever this
@@ -595,14 +580,14 @@ func (r *run) resume() (ok bool, why string, err error) {
 		return false, "", err
 	}
 	if st.Size > w {
-		if err := ftruncate(fd, w); err != nil {
+		if err := ftruncate(r.tmp, w); err != nil {
 			return false, "", osErr(r.dstName(), "cannot truncate partial copy "+r.tmpPath, err)
 		}
 	}
 	// A token of this copy's own from here on: the copy that wrote the
 	// bytes before is over.
 	r.rec = partialRecord{owner: r.c.owner, token: newToken(), src: r.srcID.record(), ino: st.Ino, written: w, crc: r.crc}
-	if r.recorded = writeRecord(fd, r.rec); !r.recorded {
+	if r.recorded = writeRecord(r.tmp, r.rec); !r.recorded {
 		_ = r.closeTemp()
 		return false, fmt.Sprintf("partial copy %s cannot keep its record", r.tmpPath), nil
 	}
@@ -610,6 +595,31 @@ func (r *run) resume() (ok bool, why string, err error) {
 	r.crcPos = w
 	r.lastSync = time.Now()
 	return true, "", nil
+}
+
+// openPartial opens the partial copy as r.tmp and takes its lock, and
+// returns its status, or why there is none to resume (it is missing).
+func (r *run) openPartial() (unix.Stat_t, string, error) {
+	var st unix.Stat_t
+	fd, err := openAt(r.dir, r.tmpName, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return st, fmt.Sprintf("partial copy %s is missing", r.tmpPath), nil
+	}
+	if err != nil {
+		return st, "", osErr(r.dstName(), "cannot open partial copy "+r.tmpPath, err)
+	}
+	r.tmp = fd
+	if err := r.lockTemp(); err != nil {
+		return st, "", err
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		return st, "", osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return st, "", fmt.Errorf("%s: partial copy %s: %w: it is %s", r.dstName(), r.tmpPath, ErrNotRegular, fileKind(st.Mode))
+	}
+	r.tmpStat = st
+	return st, "", nil
 }
 
 // checkCommitted sets r.crc to the CRC32 of the partial copy's first
@@ -754,7 +764,6 @@ func (r *run) createNamed() (int, error) {
 // copyData copies the data ranges of [pos,Size), committing batches.
 func (r *run) copyData() error {
 	size := r.job.Size
-	buf, t := r.c.buf, r.c.t
 	for r.pos < size {
 		ds, de, ok, err := r.seg.next(r.pos, size)
 		if err != nil {
@@ -763,61 +772,86 @@ func (r *run) copyData() error {
 		if !ok {
 			break
 		}
-		for off := ds; off < de; {
+		for off := ds; off < de; off = r.pos {
 			if err := r.ctx.Err(); err != nil {
 				return err
 			}
-			n := int(min(int64(t.chunkSize(len(buf))), de-off))
-			var p []byte
-			if r.whole != nil {
-				p = r.whole[off : off+int64(n)] // read, and paid for, by readWhole
-			} else {
-				if err := r.w.waitBytes(r.ctx, n); err != nil {
-					return err
-				}
-				got, err := preadFull(r.src, buf[:n], off)
-				if err != nil {
-					return osErr(r.srcName(), fmt.Sprintf("cannot read at byte %d", off), err)
-				}
-				if got < n {
-					return r.sourceChanged(fmt.Sprintf("it ended at byte %d, SIZE is %d", off+int64(got), size))
-				}
-				p = buf[:n]
-			}
-			// Zeros read from a tail SEEK_DATA called a hole stay a hole in
-			// the copy (the partial copy ends before them until extended).
-			hole := r.seg.inTail(off) && allZero(p)
-			if !hole {
-				began := t.clock()
-				if err := pwriteFull(r.tmp, p, off); err != nil {
-					return osErr(r.dstName(), "cannot write partial copy "+r.tmpPath, err)
-				}
-				t.observe(began, autobw.Write, int64(n))
-			}
-			if r.check != nil {
-				if err := r.check.Feed(off, p); err != nil {
-					return r.refuse(err)
-				}
-			}
-			r.crc = crc32.Update(crcZeros(r.crc, off-r.crcPos), crc32.IEEETable, p)
-			off += int64(n)
-			r.crcPos, r.pos, r.unsynced = off, off, r.unsynced+int64(n)
-			if !hole {
-				r.tempSize = max(r.tempSize, off)
-			}
-			// Pause for PERCENT here, before a batch is fsynced and
-			// committed: no pause may stand between durable bytes and
-			// their commit, since an interruption during it would lose
-			// the commit.
-			if err := r.w.Pace(r.ctx); err != nil {
+			n := int(min(int64(r.c.t.chunkSize(len(r.c.buf))), de-off))
+			p, err := r.readChunk(off, n)
+			if err != nil {
 				return err
 			}
-			if off < size && !r.anon && (r.unsynced >= r.c.o.SyncBytes || time.Since(r.lastSync) >= r.c.o.SyncInterval) {
-				if err := r.syncCommit(); err != nil {
-					return err
-				}
+			if err := r.writeChunk(off, p); err != nil {
+				return err
+			}
+			if err := r.chunkDone(); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// readChunk returns the n bytes of the source at off: from the whole
+// source read before (readWhole), or read now once BW allows.
+func (r *run) readChunk(off int64, n int) ([]byte, error) {
+	if r.whole != nil {
+		return r.whole[off : off+int64(n)], nil // read, and paid for, by readWhole
+	}
+	if err := r.w.waitBytes(r.ctx, n); err != nil {
+		return nil, err
+	}
+	buf := r.c.buf[:n]
+	got, err := preadFull(r.src, buf, off)
+	if err != nil {
+		return nil, osErr(r.srcName(), fmt.Sprintf("cannot read at byte %d", off), err)
+	}
+	if got < n {
+		return nil, r.sourceChanged(fmt.Sprintf("it ended at byte %d, SIZE is %d", off+int64(got), r.job.Size))
+	}
+	return buf, nil
+}
+
+// writeChunk writes p, the source's bytes at off, to the partial copy,
+// feeds them to the check and the CRC, and moves pos past them.
+func (r *run) writeChunk(off int64, p []byte) error {
+	t := r.c.t
+	// Zeros read from a tail SEEK_DATA called a hole stay a hole in the
+	// copy (the partial copy ends before them until extended).
+	hole := r.seg.inTail(off) && allZero(p)
+	if !hole {
+		began := t.clock()
+		if err := pwriteFull(r.tmp, p, off); err != nil {
+			return osErr(r.dstName(), "cannot write partial copy "+r.tmpPath, err)
+		}
+		t.observe(began, autobw.Write, int64(len(p)))
+	}
+	if r.check != nil {
+		if err := r.check.Feed(off, p); err != nil {
+			return r.refuse(err)
+		}
+	}
+	r.crc = crc32.Update(crcZeros(r.crc, off-r.crcPos), crc32.IEEETable, p)
+	end := off + int64(len(p))
+	r.crcPos, r.pos, r.unsynced = end, end, r.unsynced+int64(len(p))
+	if !hole {
+		r.tempSize = max(r.tempSize, end)
+	}
+	return nil
+}
+
+// chunkDone follows the copy of a chunk up to pos: it pauses for PERCENT,
+// and fsyncs and commits a batch once SyncBytes or SyncInterval is
+// reached.
+func (r *run) chunkDone() error {
+	// Pause for PERCENT here, before a batch is fsynced and committed: no
+	// pause may stand between durable bytes and their commit, since an
+	// interruption during it would lose the commit.
+	if err := r.w.Pace(r.ctx); err != nil {
+		return err
+	}
+	if r.pos < r.job.Size && !r.anon && (r.unsynced >= r.c.o.SyncBytes || time.Since(r.lastSync) >= r.c.o.SyncInterval) {
+		return r.syncCommit()
 	}
 	return nil
 }
@@ -1262,11 +1296,12 @@ func (r *run) place() error {
 // (from the root when confined), is still the directory the Batch opened
 // and the copy was made in: the check checkTempPlace makes for a named
 // partial copy, for an unnamed one, before it is linked. An unnamed copy
-// that fails it leaves nothing behind.
+// that fails it leaves nothing behind. Only a Batch's copy is unnamed, so
+// r.bdir is set.
 func (r *run) checkDirPlace() error {
 	var st unix.Stat_t
 	err := r.dirPlace.stat(&st)
-	if err == nil && st.Dev == r.dirDev && st.Ino == r.dirIno {
+	if err == nil && st.Dev == r.bdir.dev && st.Ino == r.bdir.ino {
 		return nil
 	}
 	detail := "leads to another directory"
@@ -1457,7 +1492,7 @@ func (r *run) closeFiles() error {
 		_ = unix.Close(r.src)
 		r.src = -1
 	}
-	if r.dir >= 0 && !r.dirBorrowed {
+	if r.dir >= 0 && r.bdir == nil {
 		_ = unix.Close(r.dir)
 	}
 	r.dir = -1

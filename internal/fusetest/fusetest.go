@@ -65,6 +65,78 @@ type Options struct {
 	// Bucket, when not nil, serves every write of the mount. Mounts that
 	// share a Bucket share its bandwidth.
 	Bucket *Bucket
+	// Stall, when not nil, delays every fsync of the mount's files.
+	// Mounts that share a Stall stall together.
+	Stall *Stall
+}
+
+// Stall is a storage target that stalls: each fsync returns its delay
+// after it began, the delay in force while it waits (Set wakes the
+// waiting fsyncs to look again, so that setting 0 ends every stall). It
+// plays a PFS client whose fsync hangs on a busy or failing server.
+type Stall struct {
+	mu      sync.Mutex
+	delay   time.Duration
+	changed chan struct{} // closed and replaced by Set
+	waiting int           // fsyncs waiting now
+	stalled int           // fsyncs that waited, in all
+}
+
+// NewStall returns a Stall delaying each fsync by delay.
+func NewStall(delay time.Duration) *Stall {
+	return &Stall{delay: delay, changed: make(chan struct{})}
+}
+
+// Set changes the delay, for the fsyncs waiting now as well.
+func (s *Stall) Set(delay time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delay = delay
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Waiting returns how many fsyncs are waiting now, and how many waited
+// (or are waiting) since the Stall was made.
+func (s *Stall) Waiting() (now, all int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting, s.stalled
+}
+
+// wait blocks an fsync that began at began until its delay has passed or
+// ctx ends (the caller was interrupted).
+func (s *Stall) wait(ctx context.Context, began time.Time) syscall.Errno {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	s.waiting++
+	s.stalled++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.waiting--
+		s.mu.Unlock()
+	}()
+	for {
+		s.mu.Lock()
+		left, changed := time.Until(began.Add(s.delay)), s.changed
+		s.mu.Unlock()
+		if left <= 0 {
+			return 0
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-t.C:
+			return 0
+		case <-changed:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return syscall.EINTR
+		}
+	}
 }
 
 // Bucket is a storage target of finite bandwidth serving writes in
@@ -246,6 +318,14 @@ func (f *file) Writev(ctx context.Context, data [][]byte, off int64) (uint32, sy
 		return 0, errno
 	}
 	return f.LoopbackFile.Writev(ctx, data, off)
+}
+
+// Fsync waits out the mount's Stall, then syncs.
+func (f *file) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if errno := f.opts.Stall.wait(ctx, time.Now()); errno != 0 {
+		return errno
+	}
+	return f.LoopbackFile.Fsync(ctx, flags)
 }
 
 // Getlk answers ENOSYS under NoLocks.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/scr-transferd/scr-transferd/internal/testenv"
 )
 
 func TestBucketServesInArrivalOrder(t *testing.T) {
@@ -172,5 +174,46 @@ func TestNoTmpfile(t *testing.T) {
 	}
 	if !errors.Is(err, syscall.EOPNOTSUPP) {
 		t.Errorf("O_TMPFILE: %v, want EOPNOTSUPP", err)
+	}
+}
+
+// TestStallHoldsFsyncUntilSet: an fsync through a mount with a Stall
+// waits while the delay lasts, and returns once Set shortens it.
+func TestStallHoldsFsyncUntilSet(t *testing.T) {
+	if err := Available(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	backing, mp := t.TempDir(), t.TempDir()
+	stall := NewStall(time.Hour)
+	s, err := Mount(backing, mp, Options{Stall: stall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer stall.Set(0)
+	f, err := os.Create(filepath.Join(mp, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	synced := make(chan error, 1)
+	go func() { synced <- f.Sync() }()
+	if !testenv.Until(10*time.Second, func() bool { now, _ := stall.Waiting(); return now == 1 }) {
+		t.Fatal("no fsync waiting on the stall")
+	}
+	select {
+	case err := <-synced:
+		t.Fatalf("fsync returned (%v) while stalled for an hour", err)
+	default:
+	}
+	stall.Set(0)
+	if err := <-synced; err != nil {
+		t.Fatalf("fsync after the stall ended: %v", err)
+	}
+	if now, all := stall.Waiting(); now != 0 || all != 1 {
+		t.Errorf("Waiting() = %d, %d; want 0, 1", now, all)
 	}
 }
