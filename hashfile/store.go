@@ -391,11 +391,6 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		return nil, false, err
 	}
 	old := len(s.buf)
-	if want := max(EncodedSize(t), old); cap(s.buf) < want {
-		grown := make([]byte, 0, want+want/32) // room to grow
-		prefault.Bytes(grown)
-		s.buf = append(grown, s.buf...)
-	}
 	img, from, exact := overwriteImage(s.buf, t)
 	s.buf = img
 	keep := t
