@@ -69,7 +69,6 @@ type daemon struct {
 	batchFiles   int                   // the most files a batch takes (batchFiles)
 	streams      int                   // streams a batch may run, 0: as many as copiers (planDescriptors)
 	groupFDs     int                   // descriptors a batch's group may hold, 0: unbounded (planDescriptors)
-	others       uint64                // store.Others() when the loop last read the file
 	refused      []error               // why each entry of view is refused (readView), nil where it is not
 	memSize      int                   // transfer file size the memory limit was set for (memory.go)
 	onGroup      func(groupEvent, int) // tests: told each step of a batch's groups (batch.go)
@@ -434,23 +433,17 @@ func sameEntries(a, b []transfer.File) bool {
 }
 
 // ownChange tells, on a notification that the transfer file changed,
-// whether it holds nothing this loop has yet to see: it holds the image
-// this process last wrote or read, and no read or update of this process
-// found a version written by someone else since the loop's last look (a
-// commit of the copy may read a change of the library's and write it back
-// with its own). The daemon's own updates then cost no read of a file of
-// thousands of entries. The periodic re-read stays as it is.
+// whether it holds nothing this loop has yet to see (hashfile's Changed:
+// a commit of the copy may read a change of the library's and write it
+// back with its own). The daemon's own updates then cost no read of a file
+// of thousands of entries. The periodic re-read stays as it is.
 func (d *daemon) ownChange() bool {
-	return d.fileErr == "" && d.store.Others() == d.others && d.store.Unchanged()
+	return d.fileErr == "" && !d.store.Changed()
 }
 
 // sync reads the transfer file under its lock, decides the state, records
 // what must be recorded, and then starts or stops the copy to match.
 func (d *daemon) sync(first bool) {
-	// Before the read: a version someone else wrote that an update of the
-	// copy reads from here on makes the next notification count. Once the
-	// update succeeded, what it read itself no longer does (seen, below).
-	d.others = d.store.Others()
 	if !d.cfg.Insecure {
 		if err := checkControlDir(filepath.Dir(d.cfg.TransferFile), d.cfg.StrictModes); err != nil {
 			d.fileError(err)
@@ -464,12 +457,14 @@ func (d *daemon) sync(first bool) {
 	began := time.Now()
 	var flushBegan, flushEnded time.Time // the flush recorded as begun, ended
 	var locked time.Time
-	var seen uint64 // store.Others() as this update read the file
 	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
 		locked = time.Now()
-		// The Store runs one Read or Update at a time: no update of the
-		// copy can find a change between this one's read and here.
-		seen = d.store.Others()
+		// The loop looks at whatever version the file holds: the
+		// notification of the write that answers it must not make the loop
+		// read the file back. The Store runs one Read or Update at a time:
+		// no update of the copy can find a change between this one's read
+		// and here. A failure below sets fileErr, which ownChange heeds.
+		d.store.Seen()
 		v = d.readView(t)
 		if first && leftoverExit(v) {
 			t.Unset(transfer.KeyCommand)
@@ -526,10 +521,6 @@ func (d *daemon) sync(first bool) {
 		}
 		return
 	}
-	// The version this update found, someone else's or not, is the loop's
-	// to look at now, not a change still to see: the notification of the
-	// write that answers it must not make the loop read the file back.
-	d.others = seen
 	d.log.Debug("transfer file read under its lock", zap.Duration("lock_wait", locked.Sub(began)),
 		zap.Duration("held", time.Since(locked)), zap.Bool("wrote", wrote), zap.String("command", string(v.Command)),
 		zap.Int("files", len(v.Files)))
