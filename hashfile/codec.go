@@ -86,7 +86,7 @@ func Decode(b []byte) (*Tree, error) {
 			return nil, errAt(len(body), "CRC mismatch: stored %#08x, computed %#08x", stored, got)
 		}
 	}
-	d := decoder{b: body, off: HeaderSize, keys: map[string]string{}}
+	d := decoder{b: body, off: HeaderSize, keys: map[string]string{}, slab: min(maxSlab, len(body)/minElement+1)}
 	t, err := d.tree(0)
 	if err != nil {
 		return nil, err
@@ -97,16 +97,22 @@ func Decode(b []byte) (*Tree, error) {
 	return t, nil
 }
 
-// decoder unpacks the tree of an image.
+// decoder unpacks the tree of an image. Its trees and entries are made a
+// slab at a time, so that a transfer file of 100,000 entries costs a few
+// hundred thousand allocations instead of two million, and short keys that
+// repeat (SIZE, WRITTEN, 0) are shared.
 type decoder struct {
-	b   []byte
-	off int
-	// keys holds short keys already read (SIZE, WRITTEN, 0), so that the
-	// thousands of entries of a transfer file share one copy of each.
-	keys map[string]string
+	b       []byte
+	off     int
+	keys    map[string]string // short keys read so far
+	slab    int               // trees or entries made at once
+	trees   []Tree
+	entries []entry
 }
 
 const (
+	// maxSlab bounds decoder.slab: 32 KiB of trees, 24 KiB of entries.
+	maxSlab = 1024
 	// maxShort is the longest key shared through decoder.keys.
 	maxShort = 16
 	// maxShared bounds decoder.keys, so that a file of many distinct
@@ -129,6 +135,30 @@ func (d *decoder) key(b []byte) string {
 	return s
 }
 
+// newTree returns an empty tree from the current slab.
+func (d *decoder) newTree() *Tree {
+	if len(d.trees) == 0 {
+		d.trees = make([]Tree, d.slab)
+	}
+	t := &d.trees[0]
+	d.trees = d.trees[1:]
+	return t
+}
+
+// newEntries returns an empty slice with room for n entries, whose appends
+// beyond n reallocate rather than overwrite a neighbour's.
+func (d *decoder) newEntries(n int) []entry {
+	if n > d.slab/4 {
+		return make([]entry, 0, n)
+	}
+	if len(d.entries) < n {
+		d.entries = make([]entry, d.slab)
+	}
+	e := d.entries[:0:n]
+	d.entries = d.entries[n:]
+	return e
+}
+
 // tree decodes a tree whose element count starts at d.off.
 func (d *decoder) tree(depth int) (*Tree, error) {
 	if depth > MaxDepth {
@@ -140,14 +170,14 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 	count := binary.BigEndian.Uint32(d.b[d.off:])
 	countOff := d.off
 	d.off += 4
-	t := &Tree{}
+	t := d.newTree()
 	if count == 0 {
 		return t, nil
 	}
 	if room := uint64(len(d.b)-d.off) / minElement; uint64(count) > room {
 		return nil, errAt(countOff, "element count %d exceeds what the remaining %d bytes can hold", count, len(d.b)-d.off)
 	}
-	t.entries = make([]entry, 0, count)
+	t.entries = d.newEntries(int(count))
 	if count > indexThreshold {
 		t.index = make(map[string]int, count)
 	}
@@ -233,8 +263,9 @@ func (w *imageWriter) put(p string) {
 		return
 	}
 	if cap(w.b)-pos < len(p) {
-		// Doubled: an image of megabytes grows in a few copies.
-		grown := make([]byte, pos, 2*cap(w.b)+len(p))
+		// Doubled while small; beyond a MiB by an eighth, so that the
+		// buffer a Store keeps stays near the size of its image.
+		grown := make([]byte, pos, growCap(cap(w.b))+len(p))
 		copy(grown, w.b)
 		w.b = grown
 	}
@@ -278,6 +309,14 @@ func (w *imageWriter) image(t *Tree, crc func([]byte) uint32) {
 	if w.from < 0 && !w.check {
 		w.from = len(w.b) // a prefix of the older image, or all of it
 	}
+}
+
+// growCap returns the capacity to which a full buffer of capacity c grows.
+func growCap(c int) int {
+	if c < 1<<20 {
+		return 2 * c
+	}
+	return c + c/8
 }
 
 // firstDiff returns where a and b, of one length, first differ, -1 nowhere.
