@@ -94,11 +94,15 @@ func Decode(b []byte) (*Tree, error) {
 	if d.off != len(body) {
 		return nil, errAt(d.off, "%d bytes of trailing data after the tree", len(body)-d.off)
 	}
+	if t == nil {
+		t = New()
+	}
 	return t, nil
 }
 
-// decoder unpacks the tree of an image. Its trees and entries are made a
-// slab at a time, so that a transfer file of 100,000 entries costs a few
+// decoder unpacks the tree of an image. Empty children and values are
+// kept without a tree (see entry), its trees and entries are made a slab
+// at a time, so that a transfer file of 100,000 entries costs a few
 // hundred thousand allocations instead of two million, and short keys that
 // repeat (SIZE, WRITTEN, 0) are shared.
 type decoder struct {
@@ -159,7 +163,24 @@ func (d *decoder) newEntries(n int) []entry {
 	return e
 }
 
-// tree decodes a tree whose element count starts at d.off.
+// value decodes a value, a tree of one non-empty key with an empty child,
+// if one is next; ok is false, and nothing consumed, for anything else.
+func (d *decoder) value(depth int) (val string, ok bool) {
+	b, off := d.b, d.off
+	if depth+1 > MaxDepth || len(b)-off < 4 || binary.BigEndian.Uint32(b[off:]) != 1 {
+		return "", false
+	}
+	n := bytes.IndexByte(b[off+4:], 0)
+	end := off + 4 + n + 1
+	if n <= 0 || len(b)-end < 4 || binary.BigEndian.Uint32(b[end:]) != 0 {
+		return "", false
+	}
+	d.off = end + 4
+	return d.key(b[off+4 : end-1]), true
+}
+
+// tree decodes a tree whose element count starts at d.off; an empty one is
+// nil.
 func (d *decoder) tree(depth int) (*Tree, error) {
 	if depth > MaxDepth {
 		return nil, errAt(d.off, "nesting deeper than %d levels", MaxDepth)
@@ -170,13 +191,13 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 	count := binary.BigEndian.Uint32(d.b[d.off:])
 	countOff := d.off
 	d.off += 4
-	t := d.newTree()
 	if count == 0 {
-		return t, nil
+		return nil, nil
 	}
 	if room := uint64(len(d.b)-d.off) / minElement; uint64(count) > room {
 		return nil, errAt(countOff, "element count %d exceeds what the remaining %d bytes can hold", count, len(d.b)-d.off)
 	}
+	t := d.newTree()
 	t.entries = d.newEntries(int(count))
 	if count > indexThreshold {
 		t.index = make(map[string]int, count)
@@ -192,15 +213,20 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 		if t.hasBytes(kb) {
 			return nil, errAt(keyOff, "duplicate key %q", kb)
 		}
-		key := d.key(kb)
+		t.entries = append(t.entries, entry{key: d.key(kb)})
+		e := &t.entries[len(t.entries)-1]
+		if t.index != nil {
+			t.index[e.key] = len(t.entries) - 1
+		}
+		if val, ok := d.value(depth + 1); ok {
+			e.val = val
+			continue
+		}
 		sub, err := d.tree(depth + 1)
 		if err != nil {
 			return nil, err
 		}
-		t.entries = append(t.entries, entry{key: key, sub: sub})
-		if t.index != nil {
-			t.index[key] = len(t.entries) - 1
-		}
+		e.sub.Store(sub)
 	}
 	return t, nil
 }
@@ -342,7 +368,16 @@ func (w *imageWriter) tree(t *Tree) {
 		}
 		w.put(e.key)
 		w.put("\x00")
-		w.tree(e.sub)
+		if sub := e.peek(); sub != nil || e.val == "" {
+			w.tree(sub)
+			continue
+		}
+		if strings.IndexByte(e.val, 0) >= 0 {
+			w.exact = false
+		}
+		w.put("\x00\x00\x00\x01")
+		w.put(e.val)
+		w.put("\x00\x00\x00\x00\x00")
 	}
 }
 

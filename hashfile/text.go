@@ -18,14 +18,24 @@ func Print(w io.Writer, t *Tree, indent int) error {
 }
 
 func printTree(w *bufio.Writer, t *Tree, indent int) {
-	for k, sub := range t.All() {
-		for range indent {
-			w.WriteByte(' ')
+	for i := range t.Len() {
+		e := &t.entries[i]
+		printLine(w, e.key, indent)
+		if sub := e.peek(); sub != nil || e.val == "" {
+			printTree(w, sub, indent+2)
+			continue
 		}
-		w.WriteString(k)
-		w.WriteByte('\n')
-		printTree(w, sub, indent+2)
+		printLine(w, e.val, indent+2)
 	}
+}
+
+// printLine writes key on a line of its own, indented by indent spaces.
+func printLine(w *bufio.Writer, key string, indent int) {
+	for range indent {
+		w.WriteByte(' ')
+	}
+	w.WriteString(key)
+	w.WriteByte('\n')
 }
 
 // Format returns t in printed tree form with a top-level indent of indent.
