@@ -34,11 +34,10 @@ type Tree struct {
 // entry is a key and its child. Most children of a transfer file are
 // empty or a value, so those are kept without a tree until someone asks
 // for it: sub nil and val "" is an empty child, sub nil and val not "" the
-// value val. A plain tree for each (two trees and an entry per value)
-// took the daemon's peak resident size at 100,000 entries from 175 MB to
-// 214 MB (test/bench, -only many). The tree is made once, atomically, so
-// that concurrent readers see the same one; from then on sub is the child
-// and val is ignored.
+// value val: a tree for each (two trees and an entry per value) took the
+// daemon past its memory goal at 100,000 entries. The tree is made once,
+// atomically, so that concurrent readers see the same one; from then on
+// sub is the child and val is ignored.
 type entry struct {
 	key string
 	val string
@@ -171,8 +170,8 @@ func (t *Tree) put(key string, sub *Tree) {
 	t.at(key).sub.Store(sub)
 }
 
-// at returns the entry of key, added at the end of t, its child empty, if
-// it is not there yet.
+// at returns the entry of key with its child emptied, keeping its
+// position; a key not there yet is added at the end of t.
 func (t *Tree) at(key string) *entry {
 	if i := t.find(key); i >= 0 {
 		e := &t.entries[i]
