@@ -289,9 +289,7 @@ func (w *imageWriter) put(p string) {
 		return
 	}
 	if cap(w.b)-pos < len(p) {
-		// Doubled while small; beyond a MiB by an eighth, so that the
-		// buffer a Store keeps stays near the size of its image.
-		grown := make([]byte, pos, growCap(cap(w.b))+len(p))
+		grown := make([]byte, pos, growCap(cap(w.b), w.old > 0)+len(p))
 		copy(grown, w.b)
 		w.b = grown
 	}
@@ -337,9 +335,12 @@ func (w *imageWriter) image(t *Tree, crc func([]byte) uint32) {
 	}
 }
 
-// growCap returns the capacity to which a full buffer of capacity c grows.
-func growCap(c int) int {
-	if c < 1<<20 {
+// growCap returns the capacity to which a full buffer of capacity c grows:
+// doubled, so that a fresh image of megabytes is made in a few copies, but
+// by an eighth past a MiB when the buffer held an older image, which a
+// Store keeps: it then stays near the size of its image.
+func growCap(c int, kept bool) int {
+	if !kept || c < 1<<20 {
 		return 2 * c
 	}
 	return c + c/8
