@@ -165,14 +165,12 @@ func sameEntries(a, b []transfer.File) bool {
 }
 
 // ownChange tells, on a notification that the transfer file changed,
-// whether it holds nothing this loop has yet to see: it holds the image
-// this process last wrote or read, and no read or update of this process
-// found a version written by someone else since the loop's last look (a
-// commit of the copy may read a change of the library's and write it back
-// with its own). The daemon's own updates then cost no read of a file of
-// thousands of entries. The periodic re-read stays as it is.
+// whether it holds nothing this loop has yet to see (hashfile's Changed:
+// a commit of the copy may read a change of the library's and write it
+// back with its own). The daemon's own updates then cost no read of a file
+// of thousands of entries. The periodic re-read stays as it is.
 func (d *daemon) ownChange() bool {
-	return d.fileErr == "" && d.store.Others() == d.others && d.store.Unchanged()
+	return d.fileErr == "" && !d.store.Changed()
 }
 
 // leftoverExit tells whether the transfer file a daemon finds at its start

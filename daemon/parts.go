@@ -16,7 +16,6 @@ type loopState struct {
 	view      transfer.View          // last good view of the file
 	refused   []error                // why each entry of view is refused (readView), nil where it is not
 	recheck   recheck                // when refusals found by comparing files are worked out again (entries.go)
-	others    uint64                 // store.Others() when the loop last read the file
 	job       *job                   // copy under way, nil when idle
 	stale     map[string]bool        // partial copies to remove (litter.go)
 	published map[string]*unrecorded // by source path: published, not recorded (unrecorded.go)

@@ -18,7 +18,6 @@ type passResult struct {
 	v        transfer.View
 	dec      decision
 	unwanted string // why the copy under way must stop, "" if it need not
-	seen     uint64 // store.Others() as this update read the file
 	wrote    bool   // the update rewrote the file
 	began    time.Time
 	locked   time.Time // the lock was taken, zero if it never was
@@ -28,10 +27,6 @@ type passResult struct {
 // what must be recorded, and then starts or stops the copy to match.
 func (d *daemon) sync(first bool) {
 	d.clock.lastPass = time.Now()
-	// Before the read: a version someone else wrote that an update of the
-	// copy reads from here on makes the next notification count. Once the
-	// update succeeded, what it read itself no longer does (seen, below).
-	d.others = d.store.Others()
 	if !d.cfg.Insecure {
 		if err := checkControlDir(filepath.Dir(d.cfg.TransferFile), d.cfg.StrictModes); err != nil {
 			d.fileError(err)
@@ -54,9 +49,12 @@ func (d *daemon) pass(first bool) (passResult, error) {
 	p := passResult{began: time.Now()}
 	_, wrote, err := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
 		p.locked = time.Now()
-		// The Store runs one Read or Update at a time: no update of the
-		// copy can find a change between this one's read and here.
-		p.seen = d.store.Others()
+		// The loop looks at whatever version the file holds: the
+		// notification of the write that answers it must not make the loop
+		// read the file back. The Store runs one Read or Update at a time:
+		// no update of the copy can find a change between this one's read
+		// and here. A failure below sets fileErr, which ownChange heeds.
+		d.store.Seen()
 		p.v = d.readView(t)
 		if d.job != nil {
 			// Under the lock, where the worker records its commits: after
@@ -121,13 +119,9 @@ func (d *daemon) passFailed(p passResult, err error) {
 	}
 }
 
-// passRecorded takes note of a pass that succeeded: the version of the
-// file it read, and whether the transfer file is usable again.
+// passRecorded takes note of a pass that succeeded: whether the transfer
+// file is usable again.
 func (d *daemon) passRecorded(p passResult) {
-	// The version this update found, someone else's or not, is the loop's
-	// to look at now, not a change still to see: the notification of the
-	// write that answers it must not make the loop read the file back.
-	d.others = p.seen
 	d.log.Debug("transfer file read under its lock", zap.Duration("lock_wait", p.locked.Sub(p.began)),
 		zap.Duration("held", time.Since(p.locked)), zap.Bool("wrote", p.wrote), zap.String("command", string(p.v.Command)),
 		zap.Int("files", len(p.v.Files)))

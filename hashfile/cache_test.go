@@ -102,7 +102,7 @@ func edit(op, arg byte) func(*Tree) error {
 // storeProgram runs a program of operations against one Store (s) on path
 // while other writers change the file, and checks after each update of s
 // that it wrote exactly what a fresh decode of the file, the same edit and
-// an encode give, and that Unchanged tells whether the file holds what s
+// an encode give, and that Changed (every version seen) tells whether the file holds what s
 // last read or wrote.
 type storeProgram struct {
 	t     testing.TB
@@ -170,7 +170,7 @@ func (p *storeProgram) update(step int, op, arg byte) {
 		p.t.Fatalf("step %d (op %d): the returned tree is not what was written", step, op%10)
 	}
 	p.last = nil
-	if _, exact := appendImage(nil, fresh); exact {
+	if _, _, exact := overwriteImage(nil, fresh); exact {
 		p.last = want // kept, unless the image decodes to another tree
 	}
 }
@@ -235,8 +235,8 @@ func sameLengthVariant(img []byte, arg byte) []byte {
 
 func (p *storeProgram) checkUnchanged(step int) {
 	want := p.last != nil && bytes.Equal(p.file(), p.last)
-	if got := p.s.Unchanged(); got != want {
-		p.t.Fatalf("step %d: Unchanged() = %v, want %v", step, got, want)
+	if got := holdsOwn(p.s); got != want {
+		p.t.Fatalf("step %d: holdsOwn = %v, want %v", step, got, want)
 	}
 }
 
@@ -355,27 +355,27 @@ func FuzzStoreUpdate(f *testing.F) {
 	})
 }
 
-// TestUnchangedConcurrentWriter: another process rewrites the file under
-// its lock while this one updates it and asks Unchanged. Once the file was
+// TestChangedConcurrentWriter: another process rewrites the file under
+// its lock while this one updates it and asks Changed. Once the file was
 // seen (under the lock) to hold a later count of the other writer than the
-// Store's image holds, Unchanged must say false: the other writer's count
+// Store's image holds, Changed must say true: the other writer's count
 // only grows, so the file can never again hold that image. With the writer
-// gone, Unchanged is true right after the Store's own update and false
+// gone, Changed is false right after the Store's own update and true
 // after a foreign one.
-func TestUnchangedConcurrentWriter(t *testing.T) {
+func TestChangedConcurrentWriter(t *testing.T) {
 	const n = 300
 	for _, locking := range []Locking{Flock, Fcntl} {
 		t.Run(locking.String(), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "transfer.scrinfo")
 			s := NewStore(path, locking)
-			if s.Unchanged() {
-				t.Fatal("Unchanged before anything was read")
+			if holdsOwn(s) {
+				t.Fatal("the file holds the Store's image: true before anything was read")
 			}
 			if _, _, err := s.Update(func(tr *Tree) error { tr.SetUint("COUNT", 0); return nil }); err != nil {
 				t.Fatal(err)
 			}
-			if !s.Unchanged() {
-				t.Fatal("Unchanged false right after the Store's own write")
+			if !holdsOwn(s) {
+				t.Fatal("the file holds the Store's image: false right after the Store's own write")
 			}
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), childEnv+"=1", childPathEnv+"="+path,
@@ -419,8 +419,8 @@ func TestUnchangedConcurrentWriter(t *testing.T) {
 					case <-time.After(time.Millisecond):
 					}
 				}
-				if s.Unchanged() {
-					t.Fatal("Unchanged true although the other process has written since")
+				if holdsOwn(s) {
+					t.Fatal("the file holds the Store's image: true although the other process has written since")
 				}
 				falses++
 			}
@@ -433,20 +433,20 @@ func TestUnchangedConcurrentWriter(t *testing.T) {
 			if _, _, err := s.Update(func(tr *Tree) error { tr.SetValue("STATE", "LAST"); return nil }); err != nil {
 				t.Fatal(err)
 			}
-			if !s.Unchanged() {
-				t.Fatal("Unchanged false after the Store's own write, the other writer gone")
+			if !holdsOwn(s) {
+				t.Fatal("the file holds the Store's image: false after the Store's own write, the other writer gone")
 			}
 			if err := increment(observer, "child", 1); err != nil {
 				t.Fatal(err)
 			}
-			if s.Unchanged() {
-				t.Fatal("Unchanged true after another Store's write")
+			if holdsOwn(s) {
+				t.Fatal("the file holds the Store's image: true after another Store's write")
 			}
 			if err := os.Remove(path); err != nil {
 				t.Fatal(err)
 			}
-			if s.Unchanged() {
-				t.Fatal("Unchanged true for a missing file")
+			if holdsOwn(s) {
+				t.Fatal("the file holds the Store's image: true for a missing file")
 			}
 		})
 	}
@@ -580,12 +580,12 @@ func TestRewriteWritesOnlyChanges(t *testing.T) {
 	}
 }
 
-// TestOthersCountsForeignVersions: a change someone else made moves
-// Others, even when it reaches the Store through an Update of its own that
-// writes it back, after which the file holds the Store's image again and
-// Unchanged alone would call it the Store's own. A watcher that skipped
-// such a notification would miss the other writer's change.
-func TestOthersCountsForeignVersions(t *testing.T) {
+// TestChangedUntilSeen: a change someone else made keeps Changed true
+// until Seen, even when it reaches the Store through an Update of its own
+// that writes it back, after which the file holds the Store's image again.
+// A watcher that skipped such a notification would miss the other
+// writer's change.
+func TestChangedUntilSeen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
 	ours, theirs := NewStore(path, Flock), NewStore(path, Flock)
 	step := func(s *Store, key, value string) {
@@ -594,40 +594,60 @@ func TestOthersCountsForeignVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	step(ours, "STATE", "RUNNING")
-	seen := ours.Others()
-	if !ours.Unchanged() {
-		t.Fatal("Unchanged is false right after the Store's own write")
+	steps := []struct {
+		what        string
+		do          func()
+		seen        bool // the watcher says it looked before Changed is asked
+		wantChanged bool
+	}{
+		{"nothing read yet", func() {}, false, true},
+		{"the Store's first update, its version not looked at", func() { step(ours, "STATE", "RUNNING") }, false, true},
+		{"looked at", func() {}, true, false},
+		{"the Store's own update", func() { step(ours, "BW", "1") }, false, false},
+		{"another writer's change", func() { step(theirs, "COMMAND", "STOP") }, false, true},
+		{"a commit reads that change and writes it back", func() { step(ours, "WRITTEN", "5") }, false, true},
+		{"still not looked at", func() {}, false, true},
+		{"looked at", func() {}, true, false},
+		{"a read of the Store's own image", func() {
+			if _, err := ours.Read(); err != nil {
+				t.Fatal(err)
+			}
+		}, false, false},
+		{"another writer's change, read", func() {
+			step(theirs, "COMMAND", "RUN")
+			if _, err := ours.Read(); err != nil {
+				t.Fatal(err)
+			}
+		}, false, true},
+		{"the file removed, although looked at", func() {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+		}, true, true},
 	}
-	step(ours, "BW", "1")
-	if ours.Others() != seen || !ours.Unchanged() {
-		t.Fatalf("the Store's own update moved Others (%d → %d) or left Unchanged false", seen, ours.Others())
-	}
-	step(theirs, "COMMAND", "STOP") // the library
-	if ours.Unchanged() {
-		t.Fatal("Unchanged is true after another writer's change")
-	}
-	step(ours, "WRITTEN", "5") // a commit reads the library's change and writes it back
-	if !ours.Unchanged() {
-		t.Fatal("Unchanged is false after the Store's own write")
-	}
-	if ours.Others() == seen {
-		t.Fatal("Others did not move although the Store's last update read another writer's change")
-	}
-	seen = ours.Others()
-	if _, err := ours.Read(); err != nil {
-		t.Fatal(err)
-	}
-	if ours.Others() != seen {
-		t.Fatal("a read of the Store's own image moved Others")
+	for _, st := range steps {
+		st.do()
+		if st.seen {
+			ours.Seen()
+		}
+		if got := ours.Changed(); got != st.wantChanged {
+			t.Fatalf("%s: Changed() = %v, want %v", st.what, got, st.wantChanged)
+		}
 	}
 }
 
-// TestUnchangedSizeFirst: a file whose size differs from the Store's image
-// holds another image, and Unchanged says so without reading it: after a
+// holdsOwn reports whether the file holds exactly the image s last read or
+// wrote: Changed, every version read so far looked at.
+func holdsOwn(s *Store) bool {
+	s.Seen()
+	return !s.Changed()
+}
+
+// TestChangedSizeFirst: a file whose size differs from the Store's image
+// holds another image, and Changed says so without reading it: after a
 // foreign write of a much larger image, the Store's buffer has not grown.
 // A file of the same size is still read and compared.
-func TestUnchangedSizeFirst(t *testing.T) {
+func TestChangedSizeFirst(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
 	s := NewStore(path, Flock)
 	if _, _, err := s.Update(func(tr *Tree) error { tr.SetValue("STATE", "STOPPED"); return nil }); err != nil {
@@ -643,8 +663,8 @@ func TestUnchangedSizeFirst(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if s.Unchanged() {
-		t.Fatal("Unchanged true after another Store wrote a larger image")
+	if holdsOwn(s) {
+		t.Fatal("the file holds the Store's image: true after another Store wrote a larger image")
 	}
 	if cap(s.buf) != small {
 		t.Fatalf("the Store's buffer grew from %d to %d bytes: the larger file was read", small, cap(s.buf))
@@ -652,14 +672,14 @@ func TestUnchangedSizeFirst(t *testing.T) {
 	if _, _, err := s.Update(func(tr *Tree) error { tr.SetValue("STATE", "RUNNING"); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if !s.Unchanged() {
-		t.Fatal("Unchanged false right after the Store's own write")
+	if !holdsOwn(s) {
+		t.Fatal("the file holds the Store's image: false right after the Store's own write")
 	}
 	// Same size, other bytes: read and compared.
 	if _, _, err := other.Update(func(tr *Tree) error { tr.SetValue("STATE", "RUNNINH"); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if s.Unchanged() {
-		t.Fatal("Unchanged true after another Store wrote an image of the same size")
+	if holdsOwn(s) {
+		t.Fatal("the file holds the Store's image: true after another Store wrote an image of the same size")
 	}
 }

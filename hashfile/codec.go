@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"hash/maphash"
 	"strings"
-	"unsafe"
 )
 
 // Format constants of kvtree hash files, version 1.
@@ -88,8 +86,7 @@ func Decode(b []byte) (*Tree, error) {
 			return nil, errAt(len(body), "CRC mismatch: stored %#08x, computed %#08x", stored, got)
 		}
 	}
-	d := decoder{b: body, off: HeaderSize, slab: min(maxSlab, len(body)/minElement+1)}
-	d.chunk = min(maxChunk, len(body))
+	d := decoder{b: body, off: HeaderSize, keys: map[string]string{}, slab: min(maxSlab, len(body)/minElement+1)}
 	t, err := d.tree(0)
 	if err != nil {
 		return nil, err
@@ -98,34 +95,51 @@ func Decode(b []byte) (*Tree, error) {
 		return nil, errAt(d.off, "%d bytes of trailing data after the tree", len(body)-d.off)
 	}
 	if t == nil {
-		t = &Tree{}
+		t = New()
 	}
 	return t, nil
 }
 
-// decoder unpacks the tree. Trees and entry arrays come from slabs, empty
-// children are left nil (see entry), and keys are copied into large shared
-// blocks, short ones that repeat (SIZE, WRITTEN, 0) only once, so that a
-// transfer file of thousands of entries costs a few allocations per
-// thousand keys and its tree does not keep the image alive.
+// decoder unpacks the tree of an image. Empty children and values are
+// kept without a tree (see entry), its trees and entries are made a slab
+// at a time, so that a transfer file of 100,000 entries costs a few
+// hundred thousand allocations instead of two million, and short keys that
+// repeat (SIZE, WRITTEN, 0) are shared.
 type decoder struct {
 	b       []byte
 	off     int
-	slab    int // trees or entries allocated at once
+	keys    map[string]string // short keys read so far
+	slab    int               // trees or entries made at once
 	trees   []Tree
 	entries []entry
-	text    []byte     // the block keys are copied into, never changed once written
-	chunk   int        // its size
-	recent  [64]string // short keys, by a hash of length and ends
 }
 
 const (
-	maxSlab  = 2048 // 64 KiB of trees, 80 KiB of entries
-	maxChunk = 256 << 10
-	// maxShort is the longest key looked up among recent keys.
+	// maxSlab bounds decoder.slab: 32 KiB of trees, 24 KiB of entries.
+	maxSlab = 1024
+	// maxShort is the longest key shared through decoder.keys.
 	maxShort = 16
+	// maxShared bounds decoder.keys, so that a file of many distinct
+	// short keys costs no more than one without sharing.
+	maxShared = 1024
 )
 
+// key returns b as a string, the shared copy for a short key read before.
+func (d *decoder) key(b []byte) string {
+	if len(b) > maxShort {
+		return string(b)
+	}
+	if s, ok := d.keys[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(d.keys) < maxShared {
+		d.keys[s] = s
+	}
+	return s
+}
+
+// newTree returns an empty tree from the current slab.
 func (d *decoder) newTree() *Tree {
 	if len(d.trees) == 0 {
 		d.trees = make([]Tree, d.slab)
@@ -135,12 +149,11 @@ func (d *decoder) newTree() *Tree {
 	return t
 }
 
-// newEntries returns an empty slice with room for n entries whose appends
-// beyond n reallocate rather than overwrite a neighbour.
+// newEntries returns an empty slice with room for n entries, whose appends
+// beyond n reallocate rather than overwrite a neighbour's.
 func (d *decoder) newEntries(n int) []entry {
 	if n > d.slab/4 {
-		e := make([]entry, 0, n)
-		return e
+		return make([]entry, 0, n)
 	}
 	if len(d.entries) < n {
 		d.entries = make([]entry, d.slab)
@@ -148,39 +161,6 @@ func (d *decoder) newEntries(n int) []entry {
 	e := d.entries[:0:n]
 	d.entries = d.entries[n:]
 	return e
-}
-
-// key returns b as a string, sharing a recent equal key if there is one.
-func (d *decoder) key(b []byte) string {
-	if len(b) > maxShort {
-		return d.copyKey(b)
-	}
-	h := 0
-	if len(b) > 0 {
-		h = (len(b)*131 + int(b[0])*31 + int(b[len(b)-1])) % len(d.recent)
-	}
-	if r := d.recent[h]; r == string(b) {
-		return r
-	}
-	s := d.copyKey(b)
-	d.recent[h] = s
-	return s
-}
-
-// copyKey copies b to the current block. Bytes written to a block are
-// never changed, so the strings cut from it stay valid.
-func (d *decoder) copyKey(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	if cap(d.text)-len(d.text) < len(b) {
-		d.text = make([]byte, 0, max(d.chunk, len(b)))
-	}
-	start := len(d.text)
-	d.text = append(d.text, b...)
-	// As strings.Builder does: the bytes are never written again, and
-	// appends beyond the block's capacity go to a new block.
-	return unsafe.String(&d.text[start], len(b))
 }
 
 // value decodes a value, a tree of one non-empty key with an empty child,
@@ -199,7 +179,8 @@ func (d *decoder) value(depth int) (val string, ok bool) {
 	return d.key(b[off+4 : end-1]), true
 }
 
-// tree decodes a tree; an empty one is nil.
+// tree decodes a tree whose element count starts at d.off; an empty one is
+// nil.
 func (d *decoder) tree(depth int) (*Tree, error) {
 	if depth > MaxDepth {
 		return nil, errAt(d.off, "nesting deeper than %d levels", MaxDepth)
@@ -219,7 +200,7 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 	t := d.newTree()
 	t.entries = d.newEntries(int(count))
 	if count > indexThreshold {
-		t.x = &extra{seed: maphash.MakeSeed(), slots: make([]int32, slotsFor(int(count)))}
+		t.index = make(map[string]int, count)
 	}
 	for range count {
 		keyOff := d.off
@@ -229,251 +210,192 @@ func (d *decoder) tree(depth int) (*Tree, error) {
 		}
 		kb := d.b[d.off : d.off+n]
 		d.off += n + 1
-		var key string
-		if t.x != nil {
-			key = d.key(kb)
-			if !t.x.addNew(t.entries, key, len(t.entries)) {
-				return nil, errAt(keyOff, "duplicate key %q", key)
-			}
-		} else {
-			for i := range t.entries {
-				if t.entries[i].key == string(kb) {
-					return nil, errAt(keyOff, "duplicate key %q", kb)
-				}
-			}
-			key = d.key(kb)
+		if t.hasBytes(kb) {
+			return nil, errAt(keyOff, "duplicate key %q", kb)
+		}
+		t.entries = append(t.entries, entry{key: d.key(kb)})
+		e := &t.entries[len(t.entries)-1]
+		if t.index != nil {
+			t.index[e.key] = len(t.entries) - 1
 		}
 		if val, ok := d.value(depth + 1); ok {
-			t.entries = append(t.entries, entry{key: key, val: val})
-		} else {
-			sub, err := d.tree(depth + 1)
-			if err != nil {
-				return nil, err
-			}
-			t.entries = append(t.entries, entry{key: key, sub: unsafe.Pointer(sub)})
+			e.val = val
+			continue
 		}
+		sub, err := d.tree(depth + 1)
+		if err != nil {
+			return nil, err
+		}
+		e.sub.Store(sub)
 	}
 	return t, nil
 }
 
-// EncodedSize returns the length of t's encoded image, header and CRC included.
-func EncodedSize(t *Tree) int { return HeaderSize + treeSize(t) + crcSize }
-
-func treeSize(t *Tree) int {
-	n := 4
-	for i := range t.Len() {
-		e := &t.entries[i]
-		n += len(e.key) + 1
-		if sub := e.peek(); sub != nil || e.val == "" {
-			n += treeSize(sub)
-		} else {
-			n += 4 + len(e.val) + 1 + 4
+// hasBytes is Has for a key in bytes, without making a string of it.
+func (t *Tree) hasBytes(k []byte) bool {
+	if t.index != nil {
+		_, ok := t.index[string(k)]
+		return ok
+	}
+	for i := range t.entries {
+		if t.entries[i].key == string(k) {
+			return true
 		}
 	}
-	return n
+	return false
 }
 
 // Encode returns the kvtree image of t exactly as KVTree writes it: header
 // with the CRC flag set, the packed tree in t's order, and the CRC32.
 func Encode(t *Tree) []byte {
-	return AppendEncode(make([]byte, 0, EncodedSize(t)), t)
+	w := imageWriter{from: -1, exact: true}
+	w.image(t, crc32.ChecksumIEEE)
+	return w.b
 }
 
-// AppendEncode appends the image of t to b and returns the extended slice.
-func AppendEncode(b []byte, t *Tree) []byte {
-	b, _ = appendImage(b, t)
-	return b
+// imageWriter lays out the image of a tree, the one walk of a tree in
+// kvtree form: into a new buffer (Encode), over an older image held in
+// the same buffer, noting where the two first differ, so that a rewrite
+// of the file that holds the older image need only start there
+// (overwriteImage), or only comparing it with an image, without
+// decoding that image (matchImage).
+type imageWriter struct {
+	b     []byte // the image so far; from len(b) up to old, the older image
+	old   int    // the length of the older image
+	from  int    // where the images first differ; -1 while they agree
+	check bool   // compare only: change nothing, stop at the first difference
+	exact bool   // decoding the image gives back the tree: no key holds a NUL
 }
 
-// appendImage is AppendEncode, also reporting whether decoding the image
-// gives back t itself: false when a key holds a NUL byte (the image cuts it
-// there) or when a tree may be the child of two keys (SetTree was given a
-// tree already placed), since the decoded copies would then be separate.
-func appendImage(b []byte, t *Tree) ([]byte, bool) {
-	if t == nil {
-		t = New()
-	}
-	start := len(b)
-	b = binary.BigEndian.AppendUint32(b, Magic)
-	b = binary.BigEndian.AppendUint16(b, FileType)
-	b = binary.BigEndian.AppendUint16(b, Version)
-	b = binary.BigEndian.AppendUint64(b, 0) // the size, known at the end
-	b = binary.BigEndian.AppendUint32(b, FlagCRC)
-	b, exact := appendTree(b, t)
-	binary.BigEndian.PutUint64(b[start+8:], uint64(len(b)-start+crcSize))
-	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[start:])), exact && !t.isShared()
-}
+// stopped reports whether a comparison has found its difference.
+func (w *imageWriter) stopped() bool { return w.check && w.from >= 0 }
 
-func appendTree(b []byte, t *Tree) ([]byte, bool) {
-	b = binary.BigEndian.AppendUint32(b, uint32(t.Len()))
-	exact := true
-	for i := range t.Len() {
-		e := &t.entries[i]
-		sub := e.peek()
-		if strings.IndexByte(e.key, 0) >= 0 || sub.isShared() {
-			exact = false
-		}
-		b = append(b, e.key...)
-		b = append(b, 0)
-		if sub == nil && e.val != "" {
-			if strings.IndexByte(e.val, 0) >= 0 {
-				exact = false
-			}
-			b = binary.BigEndian.AppendUint32(b, 1)
-			b = append(b, e.val...)
-			b = append(b, 0, 0, 0, 0, 0)
-			continue
-		}
-		var ok bool
-		b, ok = appendTree(b, sub)
-		exact = exact && ok
-	}
-	return b, exact
-}
-
-// matchImage reports whether b is exactly the image of t whose CRC is crc
-// (as appendImage made it), without decoding b: the walk compares the
-// bytes of b with the tree's as they would be written.
-func matchImage(b []byte, t *Tree, crc uint32) bool {
-	if len(b) < HeaderSize+crcSize ||
-		binary.BigEndian.Uint32(b) != Magic ||
-		binary.BigEndian.Uint16(b[4:]) != FileType ||
-		binary.BigEndian.Uint16(b[6:]) != Version ||
-		binary.BigEndian.Uint64(b[8:]) != uint64(len(b)) ||
-		binary.BigEndian.Uint32(b[16:]) != FlagCRC ||
-		binary.BigEndian.Uint32(b[len(b)-crcSize:]) != crc {
-		return false
-	}
-	body := b[:len(b)-crcSize]
-	off, ok := matchTree(body, HeaderSize, t)
-	return ok && off == len(body)
-}
-
-func matchTree(b []byte, off int, t *Tree) (int, bool) {
-	if len(b)-off < 4 || binary.BigEndian.Uint32(b[off:]) != uint32(t.Len()) {
-		return 0, false
-	}
-	off += 4
-	for i := range t.Len() {
-		e := &t.entries[i]
-		end := off + len(e.key)
-		if end >= len(b) || string(b[off:end]) != e.key || b[end] != 0 {
-			return 0, false
-		}
-		off = end + 1
-		if sub := e.peek(); sub == nil && e.val != "" {
-			end = off + 4 + len(e.val)
-			if end+5 > len(b) || binary.BigEndian.Uint32(b[off:]) != 1 || string(b[off+4:end]) != e.val ||
-				b[end] != 0 || binary.BigEndian.Uint32(b[end+1:]) != 0 {
-				return 0, false
-			}
-			off = end + 5
-			continue
-		} else {
-			var ok bool
-			if off, ok = matchTree(b, off, sub); !ok {
-				return 0, false
-			}
-		}
-	}
-	return off, true
-}
-
-// overwriter encodes an image over an older one held in the same buffer,
-// noting where the two first differ: a rewrite of the file, which holds the
-// older image, need only start there.
-type overwriter struct {
-	b    []byte // the new image so far; from len(b) to old, the old image
-	old  int    // the length of the old image
-	from int    // where the images first differ; -1 while they agree
-}
-
-func (w *overwriter) put(p string) {
+// put lays out p next.
+func (w *imageWriter) put(p string) {
 	pos := len(w.b)
 	if w.from < 0 {
-		n := min(len(p), max(w.old-pos, 0))
-		o := w.b[pos : pos+n]
-		if string(o) == p[:n] {
-			if n == len(p) {
-				w.b = w.b[:pos+n] // the same bytes are there already
-				return
-			}
-			w.from = pos + n
-		} else {
-			i := 0
-			for o[i] == p[i] {
-				i++
-			}
-			w.from = pos + i
+		o := w.b[pos:min(pos+len(p), max(w.old, pos))]
+		n := 0
+		for n < len(o) && o[n] == p[n] {
+			n++
 		}
+		if n == len(p) {
+			w.b = w.b[:pos+n] // the same bytes are there already
+			return
+		}
+		w.from = pos + n
+	}
+	if w.check {
+		return
+	}
+	if cap(w.b)-pos < len(p) {
+		grown := make([]byte, pos, growCap(cap(w.b), w.old > 0)+len(p))
+		copy(grown, w.b)
+		w.b = grown
 	}
 	w.b = append(w.b, p...)
 }
 
-func (w *overwriter) putUint32(v uint32) {
+func (w *imageWriter) putUint32(v uint32) {
 	var a [4]byte
 	binary.BigEndian.PutUint32(a[:], v)
 	w.put(string(a[:]))
 }
 
-// overwriteImage encodes the image of t into buf, which holds an older
-// image, and returns it, where it first differs from the older one (its
-// length if they are the same), and whether decoding it gives back t
-// itself (see appendImage).
-func overwriteImage(buf []byte, t *Tree) (img []byte, from int, exact bool) {
-	if t == nil {
-		t = New()
-	}
-	w := overwriter{b: buf[:0], old: len(buf), from: -1}
+// image lays out the whole image of t: the header, the tree, the size in
+// the header, and the CRC32 crc gives for the bytes before it.
+func (w *imageWriter) image(t *Tree, crc func([]byte) uint32) {
 	var h [HeaderSize]byte
 	binary.BigEndian.PutUint32(h[0:], Magic)
 	binary.BigEndian.PutUint16(h[4:], FileType)
 	binary.BigEndian.PutUint16(h[6:], Version)
-	if len(buf) >= 16 {
-		copy(h[8:16], buf[8:16]) // the size, known at the end
+	if w.old >= 16 {
+		copy(h[8:16], w.b[8:16]) // the size, known at the end
 	}
 	binary.BigEndian.PutUint32(h[16:], FlagCRC)
 	w.put(string(h[:]))
-	exact = w.tree(t) && !t.isShared()
+	w.tree(t)
+	if w.stopped() {
+		return
+	}
 	var size [8]byte
 	binary.BigEndian.PutUint64(size[:], uint64(len(w.b)+crcSize))
-	for i := range size {
-		if w.b[8+i] != size[i] {
-			if w.from < 0 || w.from > 8+i {
-				w.from = 8 + i
-			}
-			break
+	if i := firstDiff(w.b[8:16], size[:]); i >= 0 {
+		if w.from < 0 || w.from > 8+i {
+			w.from = 8 + i
 		}
+		if w.check {
+			return
+		}
+		copy(w.b[8:], size[:])
 	}
-	copy(w.b[8:], size[:])
-	w.putUint32(crc32.ChecksumIEEE(w.b))
-	if w.from < 0 {
+	w.putUint32(crc(w.b))
+	if w.from < 0 && !w.check {
 		w.from = len(w.b) // a prefix of the older image, or all of it
 	}
-	return w.b, w.from, exact
 }
 
-func (w *overwriter) tree(t *Tree) bool {
+// growCap returns the capacity to which a full buffer of capacity c grows:
+// doubled, so that a fresh image of megabytes is made in a few copies, but
+// by an eighth past a MiB when the buffer held an older image, which a
+// Store keeps: it then stays near the size of its image.
+func growCap(c int, kept bool) int {
+	if !kept || c < 1<<20 {
+		return 2 * c
+	}
+	return c + c/8
+}
+
+// firstDiff returns where a and b, of one length, first differ, -1 nowhere.
+func firstDiff(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// tree lays out t: its element count, then each key and its child.
+func (w *imageWriter) tree(t *Tree) {
 	w.putUint32(uint32(t.Len()))
-	exact := true
 	for i := range t.Len() {
+		if w.stopped() {
+			return
+		}
 		e := &t.entries[i]
-		sub := e.peek()
-		if strings.IndexByte(e.key, 0) >= 0 || sub.isShared() {
-			exact = false
+		if strings.IndexByte(e.key, 0) >= 0 {
+			w.exact = false
 		}
 		w.put(e.key)
 		w.put("\x00")
-		if sub == nil && e.val != "" {
-			if strings.IndexByte(e.val, 0) >= 0 {
-				exact = false
-			}
-			w.put("\x00\x00\x00\x01")
-			w.put(e.val)
-			w.put("\x00\x00\x00\x00\x00")
+		if sub := e.peek(); sub != nil || e.val == "" {
+			w.tree(sub)
 			continue
 		}
-		exact = w.tree(sub) && exact
+		if strings.IndexByte(e.val, 0) >= 0 {
+			w.exact = false
+		}
+		w.put("\x00\x00\x00\x01")
+		w.put(e.val)
+		w.put("\x00\x00\x00\x00\x00")
 	}
-	return exact
+}
+
+// matchImage reports whether b is exactly the image of t whose CRC is crc,
+// without decoding b.
+func matchImage(b []byte, t *Tree, crc uint32) bool {
+	w := imageWriter{b: b[:0], old: len(b), from: -1, check: true}
+	w.image(t, func([]byte) uint32 { return crc })
+	return w.from < 0 && len(w.b) == len(b)
+}
+
+// overwriteImage lays out the image of t over buf, which holds an older
+// image, and returns it, where it first differs from the older one (its
+// length if they are the same), and whether decoding it gives back t
+// itself (false when a key holds a NUL byte: the image cuts it there).
+func overwriteImage(buf []byte, t *Tree) (img []byte, from int, exact bool) {
+	w := imageWriter{b: buf[:0], old: len(buf), from: -1, exact: true}
+	w.image(t, crc32.ChecksumIEEE)
+	return w.b, w.from, w.exact
 }

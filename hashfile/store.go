@@ -78,9 +78,10 @@ type Store struct {
 	tree *Tree
 	crc  uint32
 	buf  []byte
-	// others counts the reads that found the file holding an image other
-	// than the kept one: versions written by someone else (see Others).
-	others atomic.Uint64
+	// unseen: a Read or Update found the file holding a version someone
+	// else wrote, and no caller has said it looked at it since (see
+	// Changed and Seen).
+	unseen atomic.Bool
 	// rewrites counts the updates whose new image was written (see
 	// Rewrites).
 	rewrites atomic.Uint64
@@ -254,7 +255,7 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 		return nil, fmt.Errorf("%s: read: %w", s.path, err)
 	}
 	if !s.cached() {
-		s.others.Add(1)
+		s.unseen.Store(true)
 		s.tree = nil // free before the new tree is made
 		t, err := s.decode(nil, owner)
 		if err != nil {
@@ -278,19 +279,30 @@ func (s *Store) keep(t *Tree) {
 	}
 }
 
-// Unchanged reports whether the file holds exactly the image this Store
-// last read or wrote. It reads the file without taking the file lock, so a
-// write under way elsewhere may make it report false; it also reports false
-// when the Store holds no image (nothing read or written yet, or a failed
-// write), when the file is missing, and on any error. A process watching
-// the file for changes uses it to tell its own writes from others'.
-func (s *Store) Unchanged() bool {
+// Changed reports whether the file may hold a version that no caller of
+// this Store has looked at: it does not hold exactly the image this Store
+// last read or wrote (also when nothing was read or written yet, when the
+// file is missing, and on any error), or a Read or Update since the last
+// Seen found a version someone else wrote. A process watching the file
+// uses it to skip the notifications of its own writes: an update of its
+// own may read another writer's change and write it back with its own,
+// after which the file holds the Store's image and yet a change to look
+// at. It reads the file without taking the file lock, so a write under way
+// elsewhere may make it report true.
+func (s *Store) Changed() bool {
 	s.sem <- struct{}{}
 	defer s.release()
-	return s.unchanged()
+	return s.unseen.Load() || !s.unchanged()
 }
 
-// unchanged is Unchanged, for a caller holding the Store.
+// Seen records that the caller has looked at every version of the file
+// this Store has read so far. A watcher calls it from within the Update
+// in which it reads the tree: no other Read or Update of the Store runs
+// then.
+func (s *Store) Seen() { s.unseen.Store(false) }
+
+// unchanged reports, for a caller holding the Store, whether the file
+// holds exactly the image this Store last read or wrote.
 func (s *Store) unchanged() bool {
 	if s.tree == nil {
 		return false
@@ -324,16 +336,6 @@ func (s *Store) unchanged() bool {
 // Updates run one at a time, so a WriteError whose Rewrites is below it
 // failed before a rewrite that succeeded.
 func (s *Store) Rewrites() uint64 { return s.rewrites.Load() }
-
-// Others returns how many times a Read or an Update of this Store found
-// the file holding another image than the one the Store last read or
-// wrote (the first read counts too): each is a version someone else wrote,
-// which the caller of that Read or Update received. A process watching
-// the file tells a change of its own from one it has yet to look at:
-// when Unchanged holds and Others has not moved since its last look, every
-// version of the file since then was its own, even when one of its
-// updates read (and kept) a change made by someone else.
-func (s *Store) Others() uint64 { return s.others.Load() }
 
 // Update applies fn to the file's tree under an exclusive lock and writes
 // the result back in place (seek 0, write, ftruncate, fsync), creating the
@@ -379,7 +381,7 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 	if s.cached() {
 		t = s.tree
 	} else {
-		s.others.Add(1)
+		s.unseen.Store(true)
 		s.tree = nil // free before the new tree is made
 		if t, err = s.decode(f, fileOwner(f)); err != nil {
 			return nil, false, err
@@ -391,10 +393,6 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		return nil, false, err
 	}
 	old := len(s.buf)
-	if want := max(EncodedSize(t), old); cap(s.buf) < want {
-		grown := make([]byte, 0, want+want/32) // room to grow
-		s.buf = append(grown, s.buf...)
-	}
 	img, from, exact := overwriteImage(s.buf, t)
 	s.buf = img
 	keep := t

@@ -20,21 +20,22 @@ func Print(w io.Writer, t *Tree, indent int) error {
 func printTree(w *bufio.Writer, t *Tree, indent int) {
 	for i := range t.Len() {
 		e := &t.entries[i]
-		for range indent {
-			w.WriteByte(' ')
-		}
-		w.WriteString(e.key)
-		w.WriteByte('\n')
+		printLine(w, e.key, indent)
 		if sub := e.peek(); sub != nil || e.val == "" {
 			printTree(w, sub, indent+2)
 			continue
 		}
-		for range indent + 2 {
-			w.WriteByte(' ')
-		}
-		w.WriteString(e.val)
-		w.WriteByte('\n')
+		printLine(w, e.val, indent+2)
 	}
+}
+
+// printLine writes key on a line of its own, indented by indent spaces.
+func printLine(w *bufio.Writer, key string, indent int) {
+	for range indent {
+		w.WriteByte(' ')
+	}
+	w.WriteString(key)
+	w.WriteByte('\n')
 }
 
 // Format returns t in printed tree form with a top-level indent of indent.
@@ -42,25 +43,6 @@ func Format(t *Tree, indent int) string {
 	var b bytes.Buffer
 	_ = Print(&b, t, indent) // writes to a bytes.Buffer cannot fail
 	return b.String()
-}
-
-// Entry is one key of a tree with its child, as returned by Entries.
-type Entry struct {
-	Key string
-	Sub *Tree
-}
-
-// Entries returns the top-level keys of t with their children, in order.
-func (t *Tree) Entries() []Entry {
-	if t == nil {
-		return nil
-	}
-	out := make([]Entry, len(t.entries))
-	for i := range t.entries {
-		e := &t.entries[i]
-		out[i] = Entry{Key: e.key, Sub: e.child()}
-	}
-	return out
 }
 
 // Parse reads a tree in printed form. The top level may have any indentation

@@ -6,17 +6,15 @@ package hashfile
 
 import (
 	"fmt"
-	"hash/maphash"
 	"iter"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"unsafe"
 )
 
-// indexThreshold is the number of keys above which a Tree keeps an index
-// from key to position, so that lookups in a FILES subtree of thousands of
-// entries stay O(1) while small trees stay cheap.
+// indexThreshold is the number of keys above which a Tree keeps a map from
+// key to position, so that lookups in a FILES subtree of thousands of
+// entries stay O(1) while small trees stay small.
 const indexThreshold = 16
 
 // Tree is a kvtree: an ordered set of unique keys, each with a child tree.
@@ -25,60 +23,50 @@ const indexThreshold = 16
 // they were read or added in; it carries no meaning in the protocol but is
 // preserved so that decoding and re-encoding a file keeps its bytes.
 //
+// Every key has a child tree of its own, never the child of another key.
 // A Tree may be read from several goroutines at once; a change must not
 // overlap any other use.
 type Tree struct {
 	entries []entry
-	x       *extra // nil for most trees
-}
-
-// extra holds what few trees need: the index of a large tree, and the
-// marks that tell whether a tree may sit under two keys at once (an image
-// decodes to separate copies, so a Store must not keep such a tree).
-type extra struct {
-	seed  maphash.Seed
-	slots []int32 // open addressing: position+1 of an entry, 0 for none
-	// free is set by New and Clone until the tree becomes a child.
-	free bool
-	// shared is set when SetTree was given a tree that was not free.
-	shared bool
+	index   map[string]int // key → position in entries; nil at indexThreshold keys or fewer
 }
 
 // entry is a key and its child. Most children of a transfer file are
-// empty or a value (one key with an empty child), so these are kept
-// without a tree: sub nil and val "" is an empty child, sub nil and val
-// not "" the value val. The tree is made when someone asks for it (child),
-// once, atomically, so that concurrent readers see the same tree; from
-// then on sub is the child and val is ignored.
+// empty or a value, so those are kept without a tree until someone asks
+// for it: sub nil and val "" is an empty child, sub nil and val not "" the
+// value val: a tree for each (two trees and an entry per value) took the
+// daemon past its memory goal at 100,000 entries. The tree is made once,
+// atomically, so that concurrent readers see the same one; from then on
+// sub is the child and val is ignored.
 type entry struct {
 	key string
 	val string
-	sub unsafe.Pointer // *Tree
+	sub atomic.Pointer[Tree]
 }
 
 // peek returns the child of e if it is a tree, nil if it is kept without.
-func (e *entry) peek() *Tree { return (*Tree)(atomic.LoadPointer(&e.sub)) }
+func (e *entry) peek() *Tree { return e.sub.Load() }
 
 // child returns the child of e, making its tree if it has none yet.
 func (e *entry) child() *Tree {
-	if p := atomic.LoadPointer(&e.sub); p != nil {
-		return (*Tree)(p)
+	if t := e.sub.Load(); t != nil {
+		return t
 	}
 	t := &Tree{}
 	if e.val != "" {
 		t.entries = []entry{{key: e.val}}
 	}
-	atomic.CompareAndSwapPointer(&e.sub, nil, unsafe.Pointer(t))
-	return (*Tree)(atomic.LoadPointer(&e.sub))
+	e.sub.CompareAndSwap(nil, t)
+	return e.sub.Load()
 }
 
 // first returns the number of keys of e's child and its first key.
 func (e *entry) first() (n int, key string) {
 	if sub := e.peek(); sub != nil {
-		if len(sub.entries) == 0 {
+		if sub.Len() == 0 {
 			return 0, ""
 		}
-		return len(sub.entries), sub.entries[0].key
+		return sub.Len(), sub.entries[0].key
 	}
 	if e.val != "" {
 		return 1, e.val
@@ -86,29 +74,8 @@ func (e *entry) first() (n int, key string) {
 	return 0, ""
 }
 
-// sameChild reports whether a and b have equal children.
-func sameChild(a, b *entry) bool {
-	sa, sb := a.peek(), b.peek()
-	switch {
-	case sa == nil && sb == nil:
-		return a.val == b.val
-	case sa == nil:
-		sa, b = sb, a
-	case sb != nil:
-		return sa.Equal(sb)
-	}
-	// sa is a tree, b has none.
-	if b.val == "" {
-		return sa.Len() == 0
-	}
-	return sa.Len() == 1 && sa.entries[0].key == b.val && sameChild(&sa.entries[0], &entry{})
-}
-
-// isShared reports whether t was given to SetTree when it was not free.
-func (t *Tree) isShared() bool { return t != nil && t.x != nil && t.x.shared }
-
 // New returns an empty tree.
-func New() *Tree { return &Tree{x: &extra{free: true}} }
+func New() *Tree { return &Tree{} }
 
 // Len returns the number of keys at the top level of t.
 func (t *Tree) Len() int {
@@ -120,12 +87,9 @@ func (t *Tree) Len() int {
 
 // Keys returns the top-level keys of t in order.
 func (t *Tree) Keys() []string {
-	if t == nil {
-		return nil
-	}
-	keys := make([]string, len(t.entries))
-	for i := range t.entries {
-		keys[i] = t.entries[i].key
+	keys := make([]string, 0, t.Len())
+	for k := range t.All() {
+		keys = append(keys, k)
 	}
 	return keys
 }
@@ -134,24 +98,24 @@ func (t *Tree) Keys() []string {
 // The tree must not be modified during the iteration.
 func (t *Tree) All() iter.Seq2[string, *Tree] {
 	return func(yield func(string, *Tree) bool) {
-		if t == nil {
-			return
-		}
-		for i := range t.entries {
-			e := &t.entries[i]
-			if !yield(e.key, e.child()) {
+		for i := range t.Len() {
+			if !yield(t.entries[i].key, t.entries[i].child()) {
 				return
 			}
 		}
 	}
 }
 
+// find returns the position of key in t, -1 if absent.
 func (t *Tree) find(key string) int {
 	if t == nil {
 		return -1
 	}
-	if t.x != nil && t.x.slots != nil {
-		return t.x.lookup(t.entries, key)
+	if t.index != nil {
+		if i, ok := t.index[key]; ok {
+			return i
+		}
+		return -1
 	}
 	for i := range t.entries {
 		if t.entries[i].key == key {
@@ -159,55 +123,6 @@ func (t *Tree) find(key string) int {
 		}
 	}
 	return -1
-}
-
-// lookup returns the position of key in entries, -1 if absent.
-func (x *extra) lookup(entries []entry, key string) int {
-	mask := uint64(len(x.slots) - 1)
-	for i := maphash.String(x.seed, key) & mask; ; i = (i + 1) & mask {
-		p := x.slots[i]
-		if p == 0 {
-			return -1
-		}
-		if entries[p-1].key == key {
-			return int(p - 1)
-		}
-	}
-}
-
-// addNew records that entries[pos] will hold key, unless an entry before
-// it holds key already; the table must have room.
-func (x *extra) addNew(entries []entry, key string, pos int) bool {
-	mask := uint64(len(x.slots) - 1)
-	for i := maphash.String(x.seed, key) & mask; ; i = (i + 1) & mask {
-		p := x.slots[i]
-		if p == 0 {
-			x.slots[i] = int32(pos + 1)
-			return true
-		}
-		if entries[p-1].key == key {
-			return false
-		}
-	}
-}
-
-// add records that entries[pos] holds key; the table must have room.
-func (x *extra) add(key string, pos int) {
-	mask := uint64(len(x.slots) - 1)
-	i := maphash.String(x.seed, key) & mask
-	for x.slots[i] != 0 {
-		i = (i + 1) & mask
-	}
-	x.slots[i] = int32(pos + 1)
-}
-
-// slotsFor returns the table size for n keys: at most half full.
-func slotsFor(n int) int {
-	size := 64
-	for size < 2*n {
-		size *= 2
-	}
-	return size
 }
 
 // Get returns the child of key, or nil if t has no such key.
@@ -240,69 +155,49 @@ func (t *Tree) Set(key string) *Tree {
 		return t.entries[i].child()
 	}
 	sub := &Tree{}
-	t.insert(key, sub)
+	t.put(key, sub)
 	return sub
 }
 
-// SetTree makes sub the child of key, keeping key's position if present.
-func (t *Tree) SetTree(key string, sub *Tree) {
-	switch {
-	case sub == nil:
-		sub = &Tree{}
-	case sub.x != nil && sub.x.free:
-		sub.x.free = false
-		if sub.x.slots == nil && !sub.x.shared {
-			sub.x = nil
-		}
-	default:
-		// It may be the child of another key as well.
-		if sub.x == nil {
-			sub.x = &extra{}
-		}
-		sub.x.shared = true
-	}
-	t.setTree(key, sub)
+// SetTree makes a copy of sub the child of key, keeping key's position if
+// present. A copy, so that no tree is ever the child of two keys: an image
+// holds each child once, and a tree read back from it must be the tree
+// that was written.
+func (t *Tree) SetTree(key string, sub *Tree) { t.put(key, sub.Clone()) }
+
+// put makes sub the child of key, keeping key's position if present.
+func (t *Tree) put(key string, sub *Tree) {
+	t.at(key).sub.Store(sub)
 }
 
-// setTree is SetTree for a sub known to be the child of no other key.
-func (t *Tree) setTree(key string, sub *Tree) {
+// at returns the entry of key with its child emptied, keeping its
+// position; a key not there yet is added at the end of t.
+func (t *Tree) at(key string) *entry {
 	if i := t.find(key); i >= 0 {
-		t.entries[i].sub, t.entries[i].val = unsafe.Pointer(sub), ""
-		return
+		e := &t.entries[i]
+		e.val = ""
+		e.sub.Store(nil)
+		return e
 	}
-	t.insert(key, sub)
-}
-
-func (t *Tree) insert(key string, sub *Tree) {
-	t.entries = append(t.entries, entry{key: key, sub: unsafe.Pointer(sub)})
+	t.entries = append(t.entries, entry{key: key})
 	switch {
-	case t.x != nil && t.x.slots != nil && 2*len(t.entries) <= len(t.x.slots):
-		t.x.add(key, len(t.entries)-1)
+	case t.index != nil:
+		t.index[key] = len(t.entries) - 1
 	case len(t.entries) > indexThreshold:
 		t.reindex()
 	}
+	return &t.entries[len(t.entries)-1]
 }
 
 // reindex rebuilds the index of t, or drops it when t is small.
 func (t *Tree) reindex() {
 	if len(t.entries) <= indexThreshold {
-		if t.x != nil {
-			t.x.slots = nil
-			if !t.x.free && !t.x.shared {
-				t.x = nil
-			}
-		}
+		t.index = nil
 		return
 	}
-	if t.x == nil {
-		t.x = &extra{}
-	}
-	if t.x.slots == nil {
-		t.x.seed = maphash.MakeSeed()
-	}
-	t.x.slots = make([]int32, slotsFor(2*len(t.entries)))
+	t.index = make(map[string]int, len(t.entries))
 	for i := range t.entries {
-		t.x.add(t.entries[i].key, i)
+		t.index[t.entries[i].key] = i
 	}
 }
 
@@ -314,7 +209,7 @@ func (t *Tree) Unset(key string) bool {
 	}
 	t.entries = append(t.entries[:i], t.entries[i+1:]...)
 	t.entries[len(t.entries) : len(t.entries)+1][0] = entry{} // let the child go
-	if t.x != nil && t.x.slots != nil {
+	if t.index != nil {
 		t.reindex()
 	}
 	return true
@@ -334,30 +229,11 @@ func (t *Tree) Value(key string) (string, bool) {
 // SetValue stores value under key, replacing whatever key held, in the way
 // KVTree's kvtree_util_set_* functions do.
 func (t *Tree) SetValue(key, value string) {
-	if value == "" {
-		t.setTree(key, &Tree{entries: []entry{{}}})
+	if value == "" { // an empty key: a tree, as val "" is an empty child
+		t.put(key, &Tree{entries: []entry{{}}})
 		return
 	}
-	if i := t.find(key); i >= 0 {
-		t.entries[i] = entry{key: key, val: value}
-		return
-	}
-	t.insert(key, nil)
-	t.entries[len(t.entries)-1].val = value
-}
-
-// Uint returns the value under key parsed as an unsigned decimal byte count.
-// ok is false if key is absent; err describes a present but malformed value.
-func (t *Tree) Uint(key string) (v uint64, ok bool, err error) {
-	s, ok, err := t.single(key)
-	if !ok || err != nil {
-		return 0, ok, err
-	}
-	v, err = strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, true, fmt.Errorf("%s: %q is not an unsigned decimal number", key, s)
-	}
-	return v, true, nil
+	t.at(key).val = value
 }
 
 // single returns the one value under key; ok is false if key is absent, err
@@ -370,6 +246,20 @@ func (t *Tree) single(key string) (s string, ok bool, err error) {
 	n, v := t.entries[i].first()
 	if n != 1 {
 		return "", true, fmt.Errorf("%s: want one value, found %d", key, n)
+	}
+	return v, true, nil
+}
+
+// Uint returns the value under key parsed as an unsigned decimal byte count.
+// ok is false if key is absent; err describes a present but malformed value.
+func (t *Tree) Uint(key string) (v uint64, ok bool, err error) {
+	s, ok, err := t.single(key)
+	if !ok || err != nil {
+		return 0, ok, err
+	}
+	v, err = strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, true, fmt.Errorf("%s: %q is not an unsigned decimal number", key, s)
 	}
 	return v, true, nil
 }
@@ -428,10 +318,8 @@ func (t *Tree) Walk(fn func(path []string, sub *Tree) error) error {
 }
 
 func (t *Tree) walk(path []string, fn func([]string, *Tree) error) error {
-	for i := range t.Len() {
-		e := &t.entries[i]
-		p := append(path[:len(path):len(path)], e.key)
-		sub := e.child()
+	for k, sub := range t.All() {
+		p := append(path[:len(path):len(path)], k)
 		if err := fn(p, sub); err != nil {
 			return err
 		}
@@ -442,32 +330,24 @@ func (t *Tree) walk(path []string, fn func([]string, *Tree) error) error {
 	return nil
 }
 
-// Clone returns a deep copy of t.
+// Clone returns a deep copy of t; a nil t gives an empty tree.
 func (t *Tree) Clone() *Tree {
-	c := New()
-	c.entries = t.cloneEntries()
-	c.reindex()
-	return c
-}
-
-func (t *Tree) cloneEntries() []entry {
+	c := &Tree{}
 	if t.Len() == 0 {
-		return nil
+		return c
 	}
-	entries := make([]entry, len(t.entries))
+	c.entries = make([]entry, len(t.entries))
 	for i := range t.entries {
-		e := &t.entries[i]
-		entries[i].key = e.key
-		switch sub := e.peek(); {
-		case sub == nil:
-			entries[i].val = e.val
-		case sub.Len() > 0:
-			c := &Tree{entries: sub.cloneEntries()}
-			c.reindex()
-			entries[i].sub = unsafe.Pointer(c)
+		e, ce := &t.entries[i], &c.entries[i]
+		ce.key = e.key
+		if sub := e.peek(); sub != nil {
+			ce.sub.Store(sub.Clone())
+		} else {
+			ce.val = e.val
 		}
 	}
-	return entries
+	c.reindex()
+	return c
 }
 
 // Equal reports whether t and u hold the same keys in the same order with
@@ -483,4 +363,24 @@ func (t *Tree) Equal(u *Tree) bool {
 		}
 	}
 	return true
+}
+
+// sameChild reports whether a and b have equal children.
+func sameChild(a, b *entry) bool {
+	na, ka := a.first()
+	nb, kb := b.first()
+	if na != nb || ka != kb {
+		return false
+	}
+	sa, sb := a.peek(), b.peek()
+	if sa == nil && sb == nil {
+		return true // both empty, or both the same value
+	}
+	if sa == nil {
+		sa, sb = sb, sa
+	}
+	if sb == nil { // b is empty or a value: a's first key, if any, has an empty child
+		return na == 0 || sa.entries[0].peek().Len() == 0 && sa.entries[0].val == ""
+	}
+	return sa.Equal(sb)
 }

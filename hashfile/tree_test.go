@@ -10,9 +10,9 @@ import (
 	"testing"
 )
 
-// TestEmptyChildIsAReadWriteTree: an empty child of a decoded tree (kept
-// as nothing until asked for) is a tree like any other: the same one each
-// time, and what is added to it is in the tree and its image.
+// TestEmptyChildIsAReadWriteTree: an empty child of a decoded tree (a
+// value's own child too) is a tree like any other: the same one each time,
+// and what is added to it is in the tree and its image.
 func TestEmptyChildIsAReadWriteTree(t *testing.T) {
 	src := New()
 	src.Set("FILES").Set("/cache/a") // an entry with nothing under it
@@ -47,7 +47,7 @@ func TestEmptyChildIsAReadWriteTree(t *testing.T) {
 }
 
 // TestEmptyChildConcurrentReaders: readers asking for the same empty child
-// at once all get one tree (run with -race).
+// at once all get one tree, and reading changes nothing (run with -race).
 func TestEmptyChildConcurrentReaders(t *testing.T) {
 	tr, err := Decode(Encode(transferTree(50)))
 	if err != nil {
@@ -122,5 +122,30 @@ func TestLargeTreeIndex(t *testing.T) {
 	binary.BigEndian.PutUint32(img[len(img)-4:], crc32.ChecksumIEEE(img[:len(img)-4]))
 	if _, err := Decode(img); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), `duplicate key "d0"`) {
 		t.Fatalf("duplicate key in a large tree: %v", err)
+	}
+}
+
+// TestSetTreePlacesACopy: a tree placed under two keys is two trees, as
+// its image reads back: a change through one key leaves the other as it
+// was, and so does a later change of the tree given.
+func TestSetTreePlacesACopy(t *testing.T) {
+	e := New()
+	e.SetUint("WRITTEN", 0)
+	tr := New()
+	tr.SetTree("A", e)
+	tr.SetTree("B", tr.Get("A"))
+	tr.Get("A").SetUint("WRITTEN", 5)
+	e.SetUint("WRITTEN", 7)
+	for _, tc := range []struct {
+		key  string
+		want uint64
+	}{{"A", 5}, {"B", 0}} {
+		if got, _, _ := tr.Get(tc.key).Uint("WRITTEN"); got != tc.want {
+			t.Fatalf("%s WRITTEN = %d, want %d", tc.key, got, tc.want)
+		}
+	}
+	back, err := Decode(Encode(tr))
+	if err != nil || !back.Equal(tr) {
+		t.Fatalf("the image reads back otherwise: %v", err)
 	}
 }

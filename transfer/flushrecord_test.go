@@ -24,7 +24,7 @@ func TestFlushRecord(t *testing.T) {
 
 	reread := func() View {
 		t.Helper()
-		back, err := hashfile.Decode(hashfile.AppendEncode(nil, tree))
+		back, err := hashfile.Decode(hashfile.Encode(tree))
 		if err != nil {
 			t.Fatal(err)
 		}
