@@ -331,8 +331,12 @@ func (s *Store) opened(f *os.File) {
 		return
 	}
 	s.settle.cur = f
-	if s.settle.watch != nil {
-		s.settle.watch.ownOpened(f)
+	if w := s.settle.watch; w != nil {
+		w.ownOpened(f)
+		// Take the open's event in at once: inotify merges identical
+		// events not yet read, so a library's open that followed would
+		// be merged into this one and taken for the Store's own.
+		w.read(time.Now())
 	}
 }
 
@@ -361,13 +365,15 @@ func (s *Store) backoff(n int) time.Duration {
 	return lockBackoff(n)
 }
 
-// tryLockSettled takes the lock without waiting. When settling, a change
-// someone made between the quiet moment seen and the lock taken (the
-// library's write, its read to follow) makes it let go at once and report
-// the lock busy, so that the caller waits for the next quiet moment;
-// unless the access goes ahead without quiet (starved), when it keeps the
-// lock.
-func (s *Store) tryLockSettled(f *os.File, exclusive bool) error {
+// tryLockSettled takes the lock without waiting. When settling, the
+// decision to go ahead must still hold once the lock is taken: a change
+// someone made since the quiet moment seen (the library's write, its read
+// to follow), or the quiet over meanwhile (the library opening the file
+// for its next access, or the window passed while this process was not
+// running), makes it let go at once and report the lock busy, so that the
+// caller waits for the next quiet moment; unless the access goes ahead
+// without quiet (starved), when it keeps the lock.
+func (s *Store) tryLockSettled(ctx context.Context, f *os.File, exclusive bool) error {
 	if err := tryLock(f, s.locking, exclusive, false); err != nil || s.settle == nil || s.settle.lastStarve {
 		return err
 	}
@@ -376,7 +382,13 @@ func (s *Store) tryLockSettled(f *os.File, exclusive bool) error {
 		return err
 	}
 	if sig := sigOf(&st); sig == s.settle.own || sig == s.settle.foreign {
-		return nil
+		now := time.Now()
+		in := s.settle.observe(s.path, now, s.unchanged)
+		in.waiting = s.settle.since
+		in.deadline, _ = ctx.Deadline()
+		if s.settle.policy.decideAt(now, in).wait <= 0 {
+			return nil
+		}
 	}
 	if err := unlockAny(f, s.locking); err != nil {
 		return err

@@ -3,6 +3,8 @@ package hashfile
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -247,5 +249,47 @@ func TestAccessWatchParse(t *testing.T) {
 				t.Fatalf("opens %d closes %d open %d, want %d %d %d", opens, closes, w.open, tc.opens, tc.closes, tc.open)
 			}
 		})
+	}
+}
+
+// TestSettleDecisionHoldsAtTheLock: the library opening the file for its
+// next access between the access's decision to go ahead and its lock
+// (a moment the daemon was not running, on a loaded machine) makes the
+// access let go of the lock at once and report it busy: SCR 1.2's
+// non-blocking lock that follows the open must not meet it.
+func TestSettleDecisionHoldsAtTheLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "transfer.scrinfo")
+	d := NewStore(path, Fcntl)
+	d.Settle(time.Millisecond)
+	if _, _, err := d.Update(growBy(1)); err != nil { // the file made, the watch begun
+		t.Fatal(err)
+	}
+	d.Settle(200 * time.Millisecond)
+	ctx := context.Background()
+	if err := d.waitSettled(ctx); err != nil { // quiet: no library about
+		t.Fatal(err)
+	}
+	f, err := d.open(os.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.closeFile(f)
+	lib, err := os.OpenFile(path, os.O_RDWR, 0) // the library's next access begins
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	if err := d.tryLockSettled(ctx, f, true); !errors.Is(err, errBusy) {
+		t.Fatalf("lock taken while the library has the file open for its access (%v), want it let go as busy", err)
+	}
+	// Let go indeed: the library's own non-blocking lock succeeds. (fcntl
+	// locks of one process never exclude each other: ask the kernel who
+	// would block a lock instead.)
+	lk := unix.Flock_t{Type: unix.F_WRLCK}
+	if err := unix.FcntlFlock(lib.Fd(), unix.F_GETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	if lk.Type != unix.F_UNLCK {
+		t.Fatalf("a lock is still held on the file (type %d, pid %d)", lk.Type, lk.Pid)
 	}
 }

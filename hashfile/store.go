@@ -620,7 +620,7 @@ func readAll(f *os.File, buf []byte) ([]byte, error) {
 // gives, giving up when ctx is done; otherwise it waits in the kernel, as
 // KVTree does.
 func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
-	err := s.tryLockSettled(f, exclusive)
+	err := s.tryLockSettled(ctx, f, exclusive)
 	if !errors.Is(err, errBusy) {
 		return err
 	}
@@ -656,7 +656,7 @@ func (s *Store) lock(ctx context.Context, f *os.File, exclusive bool) error {
 		if err := s.waitSettled(ctx); err != nil {
 			return err
 		}
-		err := s.tryLockSettled(f, exclusive)
+		err := s.tryLockSettled(ctx, f, exclusive)
 		if !errors.Is(err, errBusy) {
 			return err
 		}
