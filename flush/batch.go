@@ -268,9 +268,13 @@ func (s *heldSet) makeDurable(ctx context.Context, errs []error) (syncMode, bool
 		}, checked)
 	})
 	if !finished(ctx, done) || ctx.Err() != nil {
+		named := s.noteAbandoned()
 		go func() {
 			<-done
 			s.abandon()
+			for _, k := range named {
+				s.t.syncReturned(k)
+			}
 		}()
 		return syncMode{}, false
 	}
@@ -301,6 +305,21 @@ func finished(ctx context.Context, done <-chan struct{}) bool {
 			return false
 		}
 	}
+}
+
+// noteAbandoned notes the held copies that have a name as locked by an
+// abandoned fsync (see Throttle.syncInFlight) until abandon has released
+// them, and returns their keys.
+func (s *heldSet) noteAbandoned() []fileKey {
+	var keys []fileKey
+	for _, r := range s.held {
+		if !r.anon {
+			k := fileKey{dev: uint64(r.tmpStat.Dev), ino: r.tmpStat.Ino}
+			s.t.syncAbandoned(k)
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // abandon releases the held copies of a sync abandoned before anything was

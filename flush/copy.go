@@ -959,13 +959,27 @@ func (r *run) checkTempLinked() error {
 func (r *run) lockTemp() error {
 	switch err := lockPartial(r.tmp); {
 	case errors.Is(err, ErrPartialLocked):
+		err = r.lockedErr(r.tmp, err)
 		_ = r.closeTemp()
-		return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName(), r.tmpPath, err)
+		return err
 	case err != nil:
 		_ = r.closeTemp()
 		return osErr(r.dstName(), "cannot lock partial copy "+r.tmpPath, err)
 	}
 	return nil
+}
+
+// lockedErr tells that the partial copy open as fd could not be locked
+// (err, from lockPartial), naming the holder when it is this process's
+// own abandoned fsync of it (see syncOrAbandon) rather than another
+// writer.
+func (r *run) lockedErr(fd int, err error) error {
+	var st unix.Stat_t
+	if errors.Is(err, ErrPartialLocked) && unix.Fstat(fd, &st) == nil &&
+		r.c.t.syncInFlight(fileKey{dev: uint64(st.Dev), ino: st.Ino}) {
+		err = ErrPartialSyncing
+	}
+	return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName(), r.tmpPath, err)
 }
 
 // checkTempPlace fails if the partial copy's path, looked up afresh from
@@ -1105,39 +1119,78 @@ func (r *run) saveProgress() error {
 	if err := r.extendTemp(r.pos); err != nil {
 		return err
 	}
-	synced, err := r.syncWithin(stopSyncWait)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), stopSyncWait)
+	defer cancel()
+	synced, err := r.syncOrAbandon(ctx)
 	if err != nil || !synced {
 		return err
 	}
 	return r.commitSynced()
 }
 
-// syncWithin fsyncs the partial copy, waiting at most d. It reports false
-// when the fsync takes longer: it goes on in the background, and the
-// partial copy's descriptor (with its lock) is closed once it returns;
-// the copy has no partial copy open any more.
-func (r *run) syncWithin(d time.Duration) (bool, error) {
+// syncOrAbandon fsyncs the partial copy until the fsync returns or ctx
+// ends, whichever comes first. It reports false when ctx ended first: the
+// fsync is abandoned, going on in a goroutine that closes the partial
+// copy's descriptor (and so releases its lock) once it returns, and the
+// copy has no partial copy open any more. A fsync that returned wins over
+// an ended ctx.
+func (r *run) syncOrAbandon(ctx context.Context) (bool, error) {
 	fd := r.tmp
+	began := r.c.t.clock()
 	done := make(chan error, 1)
 	go func() { done <- fsync(fd) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
+	var err error
 	select {
-	case err := <-done:
-		if err != nil {
-			return false, osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, err)
+	case err = <-done:
+	case <-ctx.Done():
+		select {
+		case err = <-done:
+		default:
+			r.abandonSync(fd, done)
+			return false, nil
 		}
-		r.unsynced, r.lastSync = 0, time.Now()
-		r.dropCache()
-		return true, nil
-	case <-t.C:
-		r.tmp = -1
-		go func() {
-			<-done
-			_ = unix.Close(fd)
-		}()
-		return false, nil
 	}
+	if err != nil {
+		return false, osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, err)
+	}
+	r.c.t.observe(began, autobw.Commit, r.unsynced)
+	r.unsynced, r.lastSync = 0, time.Now()
+	r.dropCache()
+	return true, nil
+}
+
+// abandonSync leaves the fsync of the partial copy fd, whose outcome
+// arrives on done, to finish on its own: the descriptor is closed once it
+// returns, and meanwhile the partial copy is noted as locked by this
+// process's own fsync (see Throttle.syncInFlight).
+func (r *run) abandonSync(fd int, done <-chan error) {
+	k := fileKey{dev: uint64(r.tmpStat.Dev), ino: r.tmpStat.Ino}
+	r.c.t.syncAbandoned(k)
+	r.tmp = -1
+	go func() {
+		<-done
+		_ = unix.Close(fd)
+		r.c.t.syncReturned(k)
+	}()
+}
+
+// syncFinal makes the complete partial copy durable before it is
+// published: it extends it to size and fsyncs it, unless ctx ends first
+// (the flush is stopped). Then the fsync is abandoned (see syncOrAbandon),
+// nothing is published, and the error wraps ctx's: WRITTEN stays at the
+// last commit, and the partial copy, with its record, stays for the next
+// copy to resume from there. On a stalled destination the fsync of up to
+// SyncBytes can last minutes, while the library waits for STOPPED.
+func (r *run) syncFinal(size int64) error {
+	if err := r.extendTemp(size); err != nil {
+		return err
+	}
+	synced, err := r.syncOrAbandon(r.ctx)
+	if err != nil || synced {
+		return err
+	}
+	return fmt.Errorf("%s: %w: stopped during the fsync of partial copy %s before it was published; nothing was published",
+		r.dstName(), r.ctx.Err(), r.tmpPath)
 }
 
 // finish completes the partial copy, verifies it if asked, publishes it
@@ -1153,7 +1206,7 @@ func (r *run) finish() error {
 		if err := r.extendTemp(size); err != nil {
 			return err
 		}
-	} else if err := r.syncTemp(size); err != nil {
+	} else if err := r.syncFinal(size); err != nil {
 		return err
 	}
 	// A copy held by a Batch is checked against its source when it is
