@@ -47,6 +47,9 @@ type Batch struct {
 	// O_TMPFILE (Lustre, GPFS and NFS among them), so that the tests
 	// run that path on any file system.
 	named bool
+	// lone: the Batch is a lone Copy's, of one copy, whose partial copy
+	// is named and resumable whatever its size (see run.resumable).
+	lone bool
 
 	mu      sync.Mutex
 	dirs    []*batchDir
@@ -58,11 +61,27 @@ type Batch struct {
 }
 
 type batchDir struct {
-	fd   int
-	dev  uint64
-	ino  uint64
-	root string // as asked for
-	name string // the path, as asked for
+	fd      int
+	dev     uint64
+	ino     uint64
+	root    string   // as asked for
+	name    string   // the path, as asked for
+	parents []string // directories whose entries changed when it was created
+}
+
+// maxBatchable is the largest file BatchMax lets a batch take: where the
+// fixed cost of a file (opens, fsyncs, the record) dominates its copy.
+const maxBatchable = 4 << 20
+
+// BatchMax returns the largest file that a copier made with o copies as a
+// file of a batch rather than alone: a larger one is copied to a named
+// partial copy whose progress is committed as it goes (every SyncBytes or
+// SyncInterval) and resumed after an interruption; a smaller one is
+// written to an unnamed file where it can, and made durable with the
+// other files of its Batch.
+func BatchMax(o Options) int64 {
+	o = o.WithDefaults()
+	return min(maxBatchable, o.SyncBytes/4)
 }
 
 // NewBatch returns an empty Batch whose Sync is paced by t (nil: no
@@ -70,6 +89,15 @@ type batchDir struct {
 // syncEach every held copy is fsynced on its own.
 func NewBatch(t *Throttle, syncEach bool) *Batch {
 	return &Batch{t: t, syncEach: syncEach}
+}
+
+// NewLoneBatch returns a Batch for a file copied alone, as NewBatch does,
+// except that its copy goes to a named partial copy whose progress is
+// committed as it goes (every SyncBytes or SyncInterval) and resumed after
+// an interruption, whatever its size. Copy makes one for a Job without a
+// Batch.
+func NewLoneBatch(t *Throttle, syncEach bool) *Batch {
+	return &Batch{t: t, syncEach: syncEach, lone: true}
 }
 
 // openDir returns the Batch's descriptor of the destination directory
@@ -95,7 +123,7 @@ func (b *Batch) openDir(dir, root, who string) (*batchDir, error) {
 		_ = unix.Close(fd)
 		return nil, osErr(who, "cannot stat directory "+dir, err)
 	}
-	d := &batchDir{fd: fd, dev: st.Dev, ino: st.Ino, root: root, name: dir}
+	d := &batchDir{fd: fd, dev: st.Dev, ino: st.Ino, root: root, name: dir, parents: parents}
 	b.dirs = append(b.dirs, d)
 	b.parents = append(b.parents, parents...)
 	return d, nil
@@ -166,7 +194,9 @@ var errNotHeld = errors.New("not completed in this batch")
 func (b *Batch) Sync(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := &heldSet{t: b.t, syncEach: b.syncEach, held: b.held, dirs: b.dirs, parents: b.parents}
+	// One copy is fsynced on its own: a syncfs would write whatever else
+	// the file system holds unsynced, for no file shared.
+	s := &heldSet{t: b.t, syncEach: b.syncEach || len(b.held) == 1, held: b.held, dirs: b.dirs, parents: b.parents}
 	b.dirs, b.held, b.parents = nil, nil, nil
 	w := b.t.Begin()
 	defer w.End()
