@@ -27,6 +27,14 @@ import (
 // the ERROR recorded says so rather than blaming another process. Once
 // the server recovers, the file is flushed byte for byte.
 func TestStopDuringLoneFinalSync(t *testing.T) {
+	// With --verify=after the copy fsyncs the file itself before it
+	// re-reads it (run.syncFinal); otherwise its Batch's Sync does.
+	for _, verify := range []string{"before", "after"} {
+		t.Run("verify="+verify, func(t *testing.T) { stopDuringLoneFinalSync(t, "--verify="+verify) })
+	}
+}
+
+func stopDuringLoneFinalSync(t *testing.T, verify string) {
 	n := newNode(t)
 	stall := fusetest.NewStall(20 * time.Second)
 	stallMount(t, n, stall)
@@ -34,7 +42,7 @@ func TestStopDuringLoneFinalSync(t *testing.T) {
 	dest := n.dest("big.ckpt")
 	n.add(src, dest)
 	n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Run) })
-	d := n.start("--sync-bytes=67108864", "--sync-interval=1h")
+	d := n.start("--sync-bytes=67108864", "--sync-interval=1h", verify)
 	if !testenv.Until(settle, func() bool { now, _ := stall.Waiting(); return now > 0 }) {
 		t.Fatalf("the copy's final fsync never reached the destination; transfer file:\n%v", n.view())
 	}
