@@ -3,6 +3,7 @@ package flush
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,5 +92,56 @@ func TestAbandonedSyncsCount(t *testing.T) {
 	}
 	if th.syncInFlight(fileKey{dev: 1, ino: 3}) {
 		t.Fatal("another file reported in flight")
+	}
+}
+
+// openFDs counts the process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestLoneCopyEndedEarlyLeaksNothing: a lone copy that ends before it
+// hands its copy over (its commit fails, or its context ends) closes
+// everything it opened, its batch of one's directory too: a daemon
+// retrying a failing file thousands of times must not run out of
+// descriptors.
+func TestLoneCopyEndedEarlyLeaksNothing(t *testing.T) {
+	errCommit := errors.New("no room in the transfer file")
+	for _, tc := range []struct {
+		name   string
+		commit func(cancel context.CancelFunc) func(int64, uint32) error
+	}{
+		{"commit fails", func(context.CancelFunc) func(int64, uint32) error {
+			return func(int64, uint32) error { return errCommit }
+		}},
+		{"context ends", func(cancel context.CancelFunc) func(int64, uint32) error {
+			return func(int64, uint32) error { cancel(); return nil }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := filepath.Join(dir, "src")
+			data := randBytes(1<<20, 9)
+			writeFile(t, src, data)
+			c := NewCopier(NewThrottle(), Options{BufSize: 64 << 10, SyncBytes: 128 << 10})
+			before := openFDs(t)
+			for i := range 20 {
+				ctx, cancel := context.WithCancel(context.Background())
+				dst := filepath.Join(dir, "out", fmt.Sprintf("dst%d", i))
+				res, err := c.Copy(ctx, Job{Src: src, Dst: dst, Size: int64(len(data))}, tc.commit(cancel))
+				cancel()
+				if err == nil || res.Complete {
+					t.Fatalf("copy %d: complete (%v), want it ended early", i, err)
+				}
+			}
+			if after := openFDs(t); after > before {
+				t.Errorf("%d descriptors open after 20 copies ended early, %d before", after, before)
+			}
+		})
 	}
 }

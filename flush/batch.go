@@ -17,13 +17,14 @@ import (
 	"github.com/scr-transferd/scr-transferd/internal/eintr"
 )
 
-// Batch lets several copies share the cost of making them durable. A copy
-// whose Job names a Batch copies and checks its data, then hands the open
-// partial copy to the Batch instead of fsyncing it, publishing it and
-// calling commit: its Result has Held set. Sync then makes the data of
-// every held copy durable at once, publishes each under its final name
-// (after the same checks a lone copy makes: the source unchanged, the
-// partial copy still ours and still where DESTINATION leads), makes the
+// Batch is the durable-and-publish stage of every copy, and lets several
+// copies share its cost. A copy copies and checks its data, then hands the
+// open partial copy to its Job's Batch (a lone Copy makes a batch of one,
+// NewLoneBatch) instead of fsyncing it, publishing it and calling commit:
+// its Result has Held set. Sync then makes the data of every held copy
+// durable at once, publishes each under its final name (after the checks:
+// the source unchanged, the partial copy still ours and still where
+// DESTINATION leads), makes the
 // new names durable, and reports each copy's outcome through Err. A copy
 // from 0 has no name until then (an unnamed file, see createAnon). Only a copy
 // whose Err is nil after Sync is durable under its name; the caller then
@@ -33,10 +34,10 @@ import (
 // write-back errors and is known to cover file data and metadata (Linux
 // 5.8 or later, on ext4, XFS, btrfs, F2FS and tmpfs), else an fsync of
 // each file. A copy of a 1 KiB file then costs no journal commit of its
-// own, which is what the per-file fsync of a lone copy costs; the bytes
+// own, which is what the per-file fsync of a file alone costs; the bytes
 // are durable before they are published and published before they are
-// recorded, as for a lone copy. Options.SyncEach selects the per-file
-// fsync everywhere.
+// recorded. A batch of one is fsynced on its own. Options.SyncEach
+// selects the per-file fsync everywhere.
 //
 // A Batch may be shared by copies running concurrently; Sync is called
 // once, after they have all returned.
@@ -101,11 +102,10 @@ func NewLoneBatch(t *Throttle, syncEach bool) *Batch {
 }
 
 // openDir returns the Batch's descriptor of the destination directory
-// dir (beneath root, if set), opening and creating it as a lone copy does
-// (openDir) the first time it is asked for. The descriptor stays the
-// Batch's. The checks at
+// dir (beneath root, if set), opening and creating it (openDir) the first
+// time it is asked for. The descriptor stays the Batch's. The checks at
 // publishing (Sync) look the names up afresh, so a directory moved after
-// it was opened is seen then, as for a lone copy.
+// it was opened is seen then.
 func (b *Batch) openDir(dir, root, who string) (*batchDir, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -139,6 +139,17 @@ func (b *Batch) hold(r *run) {
 	h.src, h.seg.fd, h.whole = -1, -1, nil
 	b.held = append(b.held, h)
 	b.mu.Unlock()
+}
+
+// release closes the directories of a Batch that holds no copy, in place
+// of its Sync.
+func (b *Batch) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, d := range b.dirs {
+		_ = unix.Close(d.fd)
+	}
+	b.dirs, b.parents = nil, nil
 }
 
 // Held returns the number of copies waiting for Sync.

@@ -232,7 +232,8 @@ func (c *Copier) Copy(ctx context.Context, job Job, commit func(written int64, c
 	// A lone copy is a batch of one: the same stages, its Batch made here.
 	job.Batch = NewLoneBatch(c.t, c.o.SyncEach)
 	res, err := c.copyStage(ctx, job, commit)
-	if err != nil || !res.Held {
+	if !res.Held { // failed or interrupted: nothing to publish
+		job.Batch.release()
 		return res, err
 	}
 	return c.publishLone(ctx, job, res, commit)
@@ -313,7 +314,7 @@ type run struct {
 	dropped  int64 // page cache dropped up to here
 
 	// bdir is dir as its Batch opened it: its descriptor is the Batch's,
-	// not closed with the copy. nil for a lone copy.
+	// not closed with the copy; nil until openTemp opened it.
 	bdir          *batchDir
 	dirPlace      place // DESTINATION's directory, looked up afresh before an unnamed copy is linked
 	anon          bool  // the partial copy has no name yet (see createAnon)
@@ -759,9 +760,9 @@ func (r *run) createTemp() error {
 	}
 	r.tmpStat = st
 	if !r.anon && r.commitsAsItGoes() {
-		// A lone copy's partial copy carries its owner and token from the
-		// start, so that no other writer takes it for a stale one. An
-		// unnamed one carries none, and a batch's named one (on a file
+		// A resumable copy's partial copy carries its owner and token from
+		// the start, so that no other writer takes it for a stale one. An
+		// unnamed one carries none, and a batched file's named one (on a file
 		// system without O_TMPFILE, where each is a round trip to a
 		// server) gets one only if it commits progress: it is published
 		// within its group, its creation with O_EXCL and the checks of its
@@ -1551,9 +1552,6 @@ func (r *run) closeFiles() error {
 		_ = unix.Close(r.src)
 		r.src = -1
 	}
-	if r.dir >= 0 && r.bdir == nil {
-		_ = unix.Close(r.dir)
-	}
-	r.dir = -1
+	r.dir = -1 // the Batch's (openTemp), closed by its Sync
 	return err
 }
