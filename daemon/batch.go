@@ -32,11 +32,6 @@ const (
 	// held copy keeps its partial copy open, and perhaps a directory,
 	// until its group is durable.
 	maxBatchFiles = 8192
-	// maxBatchable is the largest file a batch takes: where the fixed
-	// cost of a file (opens, fsyncs, the record) dominates its copy.
-	// Larger files are copied one at a time, their progress recorded as
-	// it becomes durable.
-	maxBatchable = 4 << 20
 	// batchLogFiles: a batch of more files is logged as a whole at info
 	// (one line when it is recorded), its files' own lines at debug, so
 	// that a flush of 100,000 small files does not write 200,000 lines to
@@ -44,9 +39,11 @@ const (
 	batchLogFiles = 16
 )
 
-// batchable reports whether f may join a batch.
+// batchable reports whether f may join a batch of several files
+// (flush.BatchMax); a larger file is a batch of one, its progress
+// recorded as it becomes durable.
 func (d *daemon) batchable(f transfer.File) bool {
-	return f.Size <= min(maxBatchable, d.cfg.Flush.SyncBytes/4)
+	return f.Size <= flush.BatchMax(d.cfg.Flush)
 }
 
 // pickBatch returns the files to copy next, in the transfer file's order:
@@ -146,7 +143,8 @@ func (d *daemon) groupFiles(held int) int {
 	return min(maxBatchFiles, 2*d.batchFiles)
 }
 
-// startBatch starts the worker on several small files.
+// startBatch starts the worker on files: several small files, or a
+// larger one alone.
 func (d *daemon) startBatch(files []transfer.File) {
 	ctx, cancel := context.WithCancel(context.Background())
 	agg := transfer.File{Src: files[0].Src, Dest: files[0].Dest}
@@ -162,9 +160,12 @@ func (d *daemon) startBatch(files []transfer.File) {
 	for i, f := range files {
 		sub := &subs[i]
 		sub.file, sub.cancel, sub.from, sub.quiet = f, cancel, f.Written, len(files) > batchLogFiles
-		sub.reuse = d.published[f.Src]
+		sub.reuse, sub.parent = d.published[f.Src], j
 		sub.durable.Store(f.Written)
 		j.subs[i] = sub
+		if !sub.quiet {
+			d.logAttempt(f, d.retries[f.Src])
+		}
 	}
 	d.job = j
 	d.beat.workerStart()
@@ -355,7 +356,7 @@ func (b *batchRun) recordInOrder(syncing <-chan *group, copiesOver <-chan struct
 			for _, g := range gs {
 				b.d.groupEvent(groupRecording, g.index)
 			}
-			b.d.recordGroups(b.grace, b.j, gs, b.results)
+			b.d.recordGroups(b.grace, gs, b.results)
 			for _, g := range gs {
 				b.d.groupEvent(groupRecorded, g.index)
 				close(g.synced)
@@ -406,7 +407,12 @@ func (b *batchRun) openGroup() *group {
 		}
 	}
 	d := b.d
-	g := &group{b: flush.NewBatch(d.throttle, d.cfg.Flush.SyncEach), index: len(b.groups), first: b.next,
+	fb := flush.NewBatch(d.throttle, d.cfg.Flush.SyncEach)
+	if len(b.j.subs) == 1 {
+		// A file copied alone: resumable, whatever its size.
+		fb = flush.NewLoneBatch(d.throttle, d.cfg.Flush.SyncEach)
+	}
+	g := &group{b: fb, index: len(b.groups), first: b.next,
 		end: b.ends[len(b.groups)], opened: time.Now(), synced: make(chan struct{})}
 	b.groups = append(b.groups, g)
 	d.groupEvent(groupOpened, g.index)
@@ -439,15 +445,12 @@ func (b *batchRun) copyOne(c *flush.Copier, i int, g *group) {
 	d := b.d
 	sub := b.j.subs[i]
 	sub.started, sub.batch, sub.copier, sub.grace = time.Now(), g.b, c, b.grace
-	f := sub.file
-	if ce := d.log.Check(sub.level(), "copy"); ce != nil {
-		ce.Write(zap.String("src", f.Src), zap.String("dest", f.Dest),
+	if f := sub.file; sub.quiet { // else logged when the batch started
+		d.log.Debug("copy", zap.String("src", f.Src), zap.String("dest", f.Dest),
 			logging.Bytes("size", f.Size), logging.Bytes("from", f.Written))
 	}
 	r := result{job: sub}
-	before := sub.durable.Load()
 	r.res, r.warnings, r.err = d.copyFile(b.ctx, sub)
-	b.j.durable.Add(sub.durable.Load() - before)
 	b.results[i] = r
 	g.copies.Done()
 }
@@ -563,7 +566,7 @@ func (d *daemon) logGroups(gs []*group, err error) {
 // outcomes in results, the batch's, indexed as its subs. The update waits
 // for the lock under grace, the batch's grace context: the copies are
 // published, and recorded even when the batch is being stopped.
-func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, results []result) {
+func (d *daemon) recordGroups(grace context.Context, gs []*group, results []result) {
 	done := completed(gs, results)
 	if len(done) == 0 {
 		return
@@ -581,8 +584,6 @@ func (d *daemon) recordGroups(grace context.Context, j *job, gs []*group, result
 		case err != nil:
 			r.job.unrecorded = noteUnrecorded(f, r.res.CRC, r.warnings)
 			r.res.Complete, r.err = false, fmt.Errorf("recording WRITTEN %d: %w", f.Size, err)
-		case f.Size > ps[i].prev:
-			j.durable.Add(f.Size - ps[i].prev)
 		}
 	}
 }
@@ -612,6 +613,13 @@ func completed(gs []*group, results []result) []*result {
 	return done
 }
 
+// storeDurable sets j's durable to n, and its batch's by as much.
+func (j *job) storeDurable(n int64) {
+	if prev := j.durable.Swap(n); j.parent != nil {
+		j.parent.durable.Add(n - prev)
+	}
+}
+
 // progress is one file's progress to record: WRITTEN n, and with n = SIZE
 // its completion (the CRC of its bytes and its checkpoint's warnings).
 // recordProgress sets prev, the WRITTEN its copy had recorded before, and
@@ -626,8 +634,9 @@ type progress struct {
 	refused bool // the entry holds a WRITTEN the library set: its value wins
 }
 
-// recordProgress records the progress ps, a lone file's commit or a batch's
-// completions, in one locked update of the transfer file. Each changes its
+// recordProgress records the progress ps, a file's commit of progress or
+// the completions of a batch's groups, in one locked update of the
+// transfer file: the one record stage of every copy. Each changes its
 // entry only while the entry holds what its copy last recorded (the
 // library's value wins: refused is set instead), and stores n as its job's
 // durable under the lock, so that the loop, comparing the entries with
@@ -650,7 +659,7 @@ func (d *daemon) recordProgress(ctx context.Context, ps []progress) error {
 				ok = transfer.SetWrittenFrom(t, f, p.prev, p.n)
 			}
 			if p.refused = !ok; ok {
-				p.job.durable.Store(p.n)
+				p.job.storeDurable(p.n)
 				stored[i] = true
 			}
 		}
@@ -659,7 +668,7 @@ func (d *daemon) recordProgress(ctx context.Context, ps []progress) error {
 	if err != nil {
 		for i, p := range ps {
 			if stored[i] {
-				p.job.durable.Store(p.prev)
+				p.job.storeDurable(p.prev)
 			}
 		}
 		return err

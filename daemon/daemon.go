@@ -82,13 +82,16 @@ type job struct {
 	started time.Time
 	from    int64
 	durable atomic.Int64 // written by the worker's commits
-	// subs, for a batch of small files, are the jobs of its files; file
-	// then sums their sizes and WRITTEN values, for progress reports.
+	// subs are the jobs of a batch's files (a lone file is a batch of
+	// one); file then sums their sizes and WRITTEN values, and durable
+	// their durable values, for progress reports. parent is the batch's
+	// job of a file's.
 	subs   []*job
-	batch  *flush.Batch  // the batch a file's copy completes into, nil if none
-	copier *flush.Copier // the copier of a batch's stream, nil for d.copier
+	parent *job
+	batch  *flush.Batch  // the batch the file's copy completes into
+	copier *flush.Copier // the copier of the batch's stream
 	// grace is the context a batch's commits wait for the lock under
-	// (see commitGrace), one for all its files; nil: copyFile makes one.
+	// (see commitGrace), one for all its files.
 	grace context.Context
 	// quiet: a file of a batch logged as a whole; its own lines are debug.
 	quiet bool
@@ -384,23 +387,11 @@ func stillWanted(g *transfer.File, j *job) string {
 	return ""
 }
 
-func (d *daemon) start(f transfer.File) {
-	ctx, cancel := context.WithCancel(context.Background())
-	j := &job{file: f, cancel: cancel, started: time.Now(), from: f.Written, reuse: d.published[f.Src]}
-	j.durable.Store(f.Written)
-	d.job = j
-	d.beat.workerStart()
-	d.logAttempt(f, d.retries[f.Src])
-	go func() {
-		r := result{job: j}
-		r.res, r.warnings, r.err = d.copyFile(ctx, j)
-		d.results <- r
-	}()
-}
-
-// copyFile runs in the worker goroutine: identify the checkpoint, copy it,
-// and record its progress. It returns the checkpoint's warnings, recorded
-// with the completion.
+// copyFile runs in a stream of the worker's batch (see copyOne): the copy
+// stage of one file, identifying the checkpoint, copying it and recording
+// its progress as it becomes durable, until the copy is held by j.batch,
+// which publishes it; its group's record completes it (recordGroups). It
+// returns the checkpoint's warnings, recorded with the completion.
 func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, error) {
 	f := j.file
 	fj := flush.Job{Src: f.Src, Dst: f.Dest, Size: f.Size, Written: f.Written}
@@ -423,20 +414,11 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 	// A commit changes WRITTEN only while the entry holds what this copy
 	// last recorded (or read at its start): if the library reset it or
 	// re-added the entry, its value wins and the copy stops (see
-	// recordProgress).
-	cctx := j.grace
-	if cctx == nil {
-		var cancel context.CancelFunc
-		cctx, cancel = d.graceContext(ctx)
-		defer cancel()
-	}
+	// recordProgress). Its completion is recorded with its group's.
 	commit := func(n int64, crc uint32) error {
 		began := time.Now()
 		p := []progress{{job: j, n: n, crc: crc}}
-		if n == f.Size {
-			p[0].warnings = j.warnings(v)
-		}
-		if err := d.recordProgress(cctx, p); err != nil {
+		if err := d.recordProgress(j.grace, p); err != nil {
 			return fmt.Errorf("recording WRITTEN %d: %w", n, err)
 		}
 		if p[0].refused {
@@ -446,18 +428,11 @@ func (d *daemon) copyFile(ctx context.Context, j *job) (flush.Result, string, er
 			logging.Bytes("size", f.Size), zap.Duration("update", time.Since(began)))
 		return nil
 	}
-	if res, ok, err := recordOnly(j, commit); ok {
-		return res, j.reuse.warnings, err
+	if res, ok := recordOnly(j); ok {
+		return res, j.reuse.warnings, nil
 	}
-	c := d.copier
-	if j.copier != nil {
-		c = j.copier
-	}
-	res, err := c.Copy(ctx, fj, commit)
+	res, err := j.copier.Copy(ctx, fj, commit)
 	j.data = v.dataBetween(f.Written, f.Size)
-	if res.Complete && err != nil {
-		j.unrecorded = noteUnrecorded(f, res.CRC, v.warnings())
-	}
 	return res, v.warnings(), err
 }
 
@@ -558,15 +533,21 @@ func (d *daemon) flushed(r result) {
 // fail records a file's error in the log and the transfer file and puts
 // the file on back-off.
 func (d *daemon) fail(f transfer.File, err error) {
-	r := d.backoff(f)
 	msg := err.Error()
-	d.logFailure(f, err, r)
+	present := true
 	if _, _, uerr := d.store.UpdateContext(d.ctx, func(t *hashfile.Tree) error {
-		transfer.SetError(t, f.Src, msg)
+		present = transfer.SetError(t, f.Src, msg)
 		return nil
 	}); uerr != nil {
 		d.log.Error("cannot record ERROR in the transfer file", zap.String("src", f.Src), zap.Error(uerr))
 	}
+	if !present {
+		// The library removed the entry while the copy ran: nothing to
+		// retry (forgetRetries told how earlier attempts ended).
+		d.log.Debug("copy failed after the library removed its FILES entry", zap.String("src", f.Src), zap.Error(err))
+		return
+	}
+	d.logFailure(f, err, d.backoff(f))
 }
 
 // backoff puts a file on back-off before its next attempt.

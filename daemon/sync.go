@@ -190,11 +190,7 @@ func (d *daemon) schedule(v transfer.View, want transfer.State, unwanted string)
 			logging.Bytes("daemon_written", d.job.durable.Load()))
 		d.job.cancel()
 	case copyPick:
-		switch files := d.pickBatch(v, time.Now()); len(files) {
-		case 0:
-		case 1:
-			d.start(files[0])
-		default:
+		if files := d.pickBatch(v, time.Now()); len(files) > 0 {
 			d.startBatch(files)
 		}
 	}

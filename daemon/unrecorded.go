@@ -66,22 +66,16 @@ func (u *unrecorded) stillPublished(f transfer.File) bool {
 }
 
 // recordOnly completes j without copying when its copy was published
-// before and only its record failed (j.reuse): a lone copy commits SIZE
-// through commit, a file of a batch is returned complete for its group's
-// record. ok is false when the file must be copied.
-func recordOnly(j *job, commit func(int64, uint32) error) (res flush.Result, ok bool, err error) {
+// before and only its record failed (j.reuse): the file is returned
+// complete for its group's record. ok is false when the file must be
+// copied.
+func recordOnly(j *job) (res flush.Result, ok bool) {
 	u := j.reuse
 	if !u.stillPublished(j.file) {
 		j.reuse = nil // copied again: nothing of the earlier copy is used
-		return res, false, nil
+		return res, false
 	}
-	res = flush.Result{Written: u.size, CRC: u.crc, Complete: true}
-	if j.batch == nil {
-		if err = commit(u.size, u.crc); err != nil {
-			j.unrecorded = u
-		}
-	}
-	return res, true, err
+	return flush.Result{Written: u.size, CRC: u.crc, Complete: true}, true
 }
 
 // notePublished remembers, from the result r of a file's copy, a copy
@@ -92,14 +86,4 @@ func (d *daemon) notePublished(r result) {
 		return
 	}
 	d.published[r.job.file.Src] = r.job.unrecorded
-}
-
-// warnings returns the checkpoint's warnings to record with j's
-// completion: those found when the copy recorded only now was made, else
-// those v found (nil v: none).
-func (j *job) warnings(v *checkpointVerifier) string {
-	if j.reuse != nil {
-		return j.reuse.warnings
-	}
-	return v.warnings()
 }

@@ -166,7 +166,7 @@ func (r *run) removeStalePartial() error {
 	}
 	defer unix.Close(fd)
 	if err := lockPartial(fd); err != nil {
-		return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName(), r.tmpPath, err)
+		return r.lockedErr(fd, err)
 	}
 	var held, named unix.Stat_t
 	if err := unix.Fstat(fd, &held); err != nil {

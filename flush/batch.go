@@ -17,13 +17,14 @@ import (
 	"github.com/scr-transferd/scr-transferd/internal/eintr"
 )
 
-// Batch lets several copies share the cost of making them durable. A copy
-// whose Job names a Batch copies and checks its data, then hands the open
-// partial copy to the Batch instead of fsyncing it, publishing it and
-// calling commit: its Result has Held set. Sync then makes the data of
-// every held copy durable at once, publishes each under its final name
-// (after the same checks a lone copy makes: the source unchanged, the
-// partial copy still ours and still where DESTINATION leads), makes the
+// Batch is the durable-and-publish stage of every copy, and lets several
+// copies share its cost. A copy copies and checks its data, then hands the
+// open partial copy to its Job's Batch (a lone Copy makes a batch of one,
+// NewLoneBatch) instead of fsyncing it, publishing it and calling commit:
+// its Result has Held set. Sync then makes the data of every held copy
+// durable at once, publishes each under its final name (after the checks:
+// the source unchanged, the partial copy still ours and still where
+// DESTINATION leads), makes the
 // new names durable, and reports each copy's outcome through Err. A copy
 // from 0 has no name until then (an unnamed file, see createAnon). Only a copy
 // whose Err is nil after Sync is durable under its name; the caller then
@@ -33,10 +34,10 @@ import (
 // write-back errors and is known to cover file data and metadata (Linux
 // 5.8 or later, on ext4, XFS, btrfs, F2FS and tmpfs), else an fsync of
 // each file. A copy of a 1 KiB file then costs no journal commit of its
-// own, which is what the per-file fsync of a lone copy costs; the bytes
+// own, which is what the per-file fsync of a file alone costs; the bytes
 // are durable before they are published and published before they are
-// recorded, as for a lone copy. Options.SyncEach selects the per-file
-// fsync everywhere.
+// recorded. A batch of one is fsynced on its own. Options.SyncEach
+// selects the per-file fsync everywhere.
 //
 // A Batch may be shared by copies running concurrently; Sync is called
 // once, after they have all returned.
@@ -47,6 +48,9 @@ type Batch struct {
 	// O_TMPFILE (Lustre, GPFS and NFS among them), so that the tests
 	// run that path on any file system.
 	named bool
+	// lone: the Batch is a lone Copy's, of one copy, whose partial copy
+	// is named and resumable whatever its size (see run.resumable).
+	lone bool
 
 	mu      sync.Mutex
 	dirs    []*batchDir
@@ -58,11 +62,27 @@ type Batch struct {
 }
 
 type batchDir struct {
-	fd   int
-	dev  uint64
-	ino  uint64
-	root string // as asked for
-	name string // the path, as asked for
+	fd      int
+	dev     uint64
+	ino     uint64
+	root    string   // as asked for
+	name    string   // the path, as asked for
+	parents []string // directories whose entries changed when it was created
+}
+
+// maxBatchable is the largest file BatchMax lets a batch take: where the
+// fixed cost of a file (opens, fsyncs, the record) dominates its copy.
+const maxBatchable = 4 << 20
+
+// BatchMax returns the largest file that a copier made with o copies as a
+// file of a batch rather than alone: a larger one is copied to a named
+// partial copy whose progress is committed as it goes (every SyncBytes or
+// SyncInterval) and resumed after an interruption; a smaller one is
+// written to an unnamed file where it can, and made durable with the
+// other files of its Batch.
+func BatchMax(o Options) int64 {
+	o = o.WithDefaults()
+	return min(maxBatchable, o.SyncBytes/4)
 }
 
 // NewBatch returns an empty Batch whose Sync is paced by t (nil: no
@@ -72,12 +92,20 @@ func NewBatch(t *Throttle, syncEach bool) *Batch {
 	return &Batch{t: t, syncEach: syncEach}
 }
 
+// NewLoneBatch returns a Batch for a file copied alone, as NewBatch does,
+// except that its copy goes to a named partial copy whose progress is
+// committed as it goes (every SyncBytes or SyncInterval) and resumed after
+// an interruption, whatever its size. Copy makes one for a Job without a
+// Batch.
+func NewLoneBatch(t *Throttle, syncEach bool) *Batch {
+	return &Batch{t: t, syncEach: syncEach, lone: true}
+}
+
 // openDir returns the Batch's descriptor of the destination directory
-// dir (beneath root, if set), opening and creating it as a lone copy does
-// (openDir) the first time it is asked for. The descriptor stays the
-// Batch's. The checks at
+// dir (beneath root, if set), opening and creating it (openDir) the first
+// time it is asked for. The descriptor stays the Batch's. The checks at
 // publishing (Sync) look the names up afresh, so a directory moved after
-// it was opened is seen then, as for a lone copy.
+// it was opened is seen then.
 func (b *Batch) openDir(dir, root, who string) (*batchDir, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -95,7 +123,7 @@ func (b *Batch) openDir(dir, root, who string) (*batchDir, error) {
 		_ = unix.Close(fd)
 		return nil, osErr(who, "cannot stat directory "+dir, err)
 	}
-	d := &batchDir{fd: fd, dev: st.Dev, ino: st.Ino, root: root, name: dir}
+	d := &batchDir{fd: fd, dev: st.Dev, ino: st.Ino, root: root, name: dir, parents: parents}
 	b.dirs = append(b.dirs, d)
 	b.parents = append(b.parents, parents...)
 	return d, nil
@@ -111,6 +139,17 @@ func (b *Batch) hold(r *run) {
 	h.src, h.seg.fd, h.whole = -1, -1, nil
 	b.held = append(b.held, h)
 	b.mu.Unlock()
+}
+
+// release closes the directories of a Batch that holds no copy, in place
+// of its Sync.
+func (b *Batch) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, d := range b.dirs {
+		_ = unix.Close(d.fd)
+	}
+	b.dirs, b.parents = nil, nil
 }
 
 // Held returns the number of copies waiting for Sync.
@@ -166,7 +205,9 @@ var errNotHeld = errors.New("not completed in this batch")
 func (b *Batch) Sync(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := &heldSet{t: b.t, syncEach: b.syncEach, held: b.held, dirs: b.dirs, parents: b.parents}
+	// One copy is fsynced on its own: a syncfs would write whatever else
+	// the file system holds unsynced, for no file shared.
+	s := &heldSet{t: b.t, syncEach: b.syncEach || len(b.held) == 1, held: b.held, dirs: b.dirs, parents: b.parents}
 	b.dirs, b.held, b.parents = nil, nil, nil
 	w := b.t.Begin()
 	defer w.End()
@@ -268,9 +309,13 @@ func (s *heldSet) makeDurable(ctx context.Context, errs []error) (syncMode, bool
 		}, checked)
 	})
 	if !finished(ctx, done) || ctx.Err() != nil {
+		named := s.noteAbandoned()
 		go func() {
 			<-done
 			s.abandon()
+			for _, k := range named {
+				s.t.syncReturned(k)
+			}
 		}()
 		return syncMode{}, false
 	}
@@ -301,6 +346,21 @@ func finished(ctx context.Context, done <-chan struct{}) bool {
 			return false
 		}
 	}
+}
+
+// noteAbandoned notes the held copies that have a name as locked by an
+// abandoned fsync (see Throttle.syncInFlight) until abandon has released
+// them, and returns their keys.
+func (s *heldSet) noteAbandoned() []fileKey {
+	var keys []fileKey
+	for _, r := range s.held {
+		if !r.anon {
+			k := fileKey{dev: uint64(r.tmpStat.Dev), ino: r.tmpStat.Ino}
+			s.t.syncAbandoned(k)
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // abandon releases the held copies of a sync abandoned before anything was

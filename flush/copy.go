@@ -112,6 +112,8 @@ type Job struct {
 	// checked and handed to the Batch (Result.Held), whose Sync makes it
 	// durable and publishes it; commit is not called with Size, the
 	// caller records the completion once Batch.Err says it is durable.
+	// Without one, Copy makes a batch of one (NewLoneBatch) and syncs it
+	// itself: every copy is published by Batch.Sync.
 	Batch *Batch
 	// Verify, when set, checks the source's content on the descriptor the
 	// copy opened, as the bytes are copied; the copy is published only on
@@ -211,16 +213,35 @@ func TempPath(dst string) string {
 // Options.SyncInterval; after each batch is fsynced Copy calls
 // commit(offset, crc) with an offset < job.Size and the CRC32 of bytes
 // [0,offset), holes counting as zeros. Once everything is copied, the
-// partial copy is extended to Size, fsynced, optionally verified, renamed to
-// job.Dst and the directory fsynced; only then is commit(job.Size) called.
-// A failing commit stops the copy and its error is returned wrapped.
+// partial copy is extended to Size, optionally verified, and handed to
+// job.Batch (see Job.Batch); without one, to a batch of one whose Sync
+// fsyncs it, renames it to job.Dst and fsyncs the directory; only then is
+// commit(job.Size) called. A failing commit stops the copy and its error
+// is returned wrapped.
 //
-// When ctx ends, Copy fsyncs and commits what it has copied and returns an
-// error wrapping ctx.Err(). commit may be nil.
+// When ctx ends, Copy fsyncs and commits what it has copied, if it can
+// within a second, and returns an error wrapping ctx.Err(); a final fsync
+// under way is abandoned and nothing is published. commit may be nil.
 func (c *Copier) Copy(ctx context.Context, job Job, commit func(written int64, crc uint32) error) (Result, error) {
 	if commit == nil {
 		commit = func(int64, uint32) error { return nil }
 	}
+	if job.Batch != nil {
+		return c.copyStage(ctx, job, commit)
+	}
+	// A lone copy is a batch of one: the same stages, its Batch made here.
+	job.Batch = NewLoneBatch(c.t, c.o.SyncEach)
+	res, err := c.copyStage(ctx, job, commit)
+	if !res.Held { // failed or interrupted: nothing to publish
+		job.Batch.release()
+		return res, err
+	}
+	return c.publishLone(ctx, job, res, commit)
+}
+
+// copyStage runs the copy stage of job: the data copied into a checked
+// partial copy, which is handed to job.Batch once complete.
+func (c *Copier) copyStage(ctx context.Context, job Job, commit func(int64, uint32) error) (Result, error) {
 	r := run{c: c, ctx: ctx, job: job, commit: commit, src: -1, tmp: -1, dir: -1}
 	if c.t != nil {
 		c.t.begin(&c.work, c.timer)
@@ -232,6 +253,32 @@ func (c *Copier) Copy(ctx context.Context, job Job, commit func(written int64, c
 		err = cerr
 	}
 	return r.res, err
+}
+
+// publishLone makes the lone copy held by job.Batch durable and publishes
+// it (Batch.Sync), then commits Size.
+func (c *Copier) publishLone(ctx context.Context, job Job, res Result, commit func(int64, uint32) error) (Result, error) {
+	_ = job.Batch.Sync(ctx)
+	res.Held = false
+	if err := job.Batch.Err(job.Dst); err != nil {
+		return res, err
+	}
+	res.Written, res.Complete = job.Size, true
+	if c.t != nil {
+		// The record and the pause after it count under PERCENT, as the
+		// copy's work does (Batch.Sync counts its own).
+		c.t.begin(&c.work, c.timer)
+		defer c.work.End()
+	}
+	if err := commit(job.Size, res.CRC); err != nil {
+		return res, fmt.Errorf("source %s: recording the completed copy: %w", job.Src, err)
+	}
+	if c.t != nil {
+		if err := c.work.Pace(ctx); err != nil && ctx.Err() == nil {
+			return res, err
+		}
+	}
+	return res, nil
 }
 
 // run is the state of one Copy.
@@ -267,7 +314,7 @@ type run struct {
 	dropped  int64 // page cache dropped up to here
 
 	// bdir is dir as its Batch opened it: its descriptor is the Batch's,
-	// not closed with the copy. nil for a lone copy.
+	// not closed with the copy; nil until openTemp opened it.
 	bdir          *batchDir
 	dirPlace      place // DESTINATION's directory, looked up afresh before an unnamed copy is linked
 	anon          bool  // the partial copy has no name yet (see createAnon)
@@ -342,7 +389,7 @@ func (r *run) isCtxErr(err error) bool {
 }
 
 // newPlaces prepares the lookups of the source, the partial copy,
-// DESTINATION and, in a Batch, DESTINATION's directory.
+// DESTINATION and DESTINATION's directory.
 func (r *run) newPlaces() error {
 	job := &r.job
 	var err error
@@ -355,10 +402,8 @@ func (r *run) newPlaces() error {
 	if r.dstPlace, err = newPlace(r.dst, job.DstRoot); err != nil {
 		return fmt.Errorf("%s: %w", r.dstName(), err)
 	}
-	if job.Batch != nil {
-		if r.dirPlace, err = newPlace(filepath.Dir(r.dst), job.DstRoot); err != nil {
-			return fmt.Errorf("%s: %w", r.dstName(), err)
-		}
+	if r.dirPlace, err = newPlace(filepath.Dir(r.dst), job.DstRoot); err != nil {
+		return fmt.Errorf("%s: %w", r.dstName(), err)
 	}
 	return nil
 }
@@ -496,22 +541,14 @@ func (r *run) refuse(err error) error {
 
 // openTemp resumes the partial copy at job.Written or starts a new one.
 func (r *run) openTemp() error {
-	if b := r.job.Batch; b != nil {
-		// The Batch's, opened once for all its copies to that directory;
-		// the Batch makes the new directories durable.
-		d, err := b.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
-		if err != nil {
-			return err
-		}
-		r.dir, r.bdir = d.fd, d
-	} else {
-		dir, parents, err := openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
-		if err != nil {
-			return err
-		}
-		r.dir, r.newDirParents = dir, parents
-		r.dirsPending = len(parents) > 0
+	// The Batch's, opened once for all its copies to that directory; the
+	// Batch makes the new directories durable when it publishes, a commit
+	// of progress before.
+	d, err := r.job.Batch.openDir(filepath.Dir(r.dst), r.job.DstRoot, r.dstName())
+	if err != nil {
+		return err
 	}
+	r.dir, r.bdir, r.newDirParents = d.fd, d, d.parents
 	var st unix.Stat_t
 	if err := unix.Fstatat(r.dir, r.base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		// rename(2) could not replace it: fail before copying anything.
@@ -531,8 +568,9 @@ func (r *run) openTemp() error {
 		}
 		why = reason
 	}
-	// A batch's fresh copy goes to an unnamed file where it can.
-	r.anon = r.job.Batch != nil && w == 0
+	// A fresh copy that is not to be resumed goes to an unnamed file
+	// where it can.
+	r.anon = w == 0 && !r.commitsAsItGoes()
 	if err := r.createTemp(); err != nil {
 		return err
 	}
@@ -721,10 +759,10 @@ func (r *run) createTemp() error {
 		return osErr(r.dstName(), "cannot stat partial copy "+r.tmpPath, err)
 	}
 	r.tmpStat = st
-	if !r.anon && r.job.Batch == nil {
-		// A lone copy's partial copy carries its owner and token from the
-		// start, so that no other writer takes it for a stale one. An
-		// unnamed one carries none, and a batch's named one (on a file
+	if !r.anon && r.commitsAsItGoes() {
+		// A resumable copy's partial copy carries its owner and token from
+		// the start, so that no other writer takes it for a stale one. An
+		// unnamed one carries none, and a batched file's named one (on a file
 		// system without O_TMPFILE, where each is a round trip to a
 		// server) gets one only if it commits progress: it is published
 		// within its group, its creation with O_EXCL and the checks of its
@@ -959,13 +997,27 @@ func (r *run) checkTempLinked() error {
 func (r *run) lockTemp() error {
 	switch err := lockPartial(r.tmp); {
 	case errors.Is(err, ErrPartialLocked):
+		err = r.lockedErr(r.tmp, err)
 		_ = r.closeTemp()
-		return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName(), r.tmpPath, err)
+		return err
 	case err != nil:
 		_ = r.closeTemp()
 		return osErr(r.dstName(), "cannot lock partial copy "+r.tmpPath, err)
 	}
 	return nil
+}
+
+// lockedErr tells that the partial copy open as fd could not be locked
+// (err, from lockPartial), naming the holder when it is this process's
+// own abandoned fsync of it (see syncOrAbandon) rather than another
+// writer.
+func (r *run) lockedErr(fd int, err error) error {
+	var st unix.Stat_t
+	if errors.Is(err, ErrPartialLocked) && unix.Fstat(fd, &st) == nil &&
+		r.c.t.syncInFlight(fileKey{dev: uint64(st.Dev), ino: st.Ino}) {
+		err = ErrPartialSyncing
+	}
+	return fmt.Errorf("%s: partial copy %s: %w; will try again", r.dstName(), r.tmpPath, err)
 }
 
 // checkTempPlace fails if the partial copy's path, looked up afresh from
@@ -1105,62 +1157,98 @@ func (r *run) saveProgress() error {
 	if err := r.extendTemp(r.pos); err != nil {
 		return err
 	}
-	synced, err := r.syncWithin(stopSyncWait)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), stopSyncWait)
+	defer cancel()
+	synced, err := r.syncOrAbandon(ctx)
 	if err != nil || !synced {
 		return err
 	}
 	return r.commitSynced()
 }
 
-// syncWithin fsyncs the partial copy, waiting at most d. It reports false
-// when the fsync takes longer: it goes on in the background, and the
-// partial copy's descriptor (with its lock) is closed once it returns;
-// the copy has no partial copy open any more.
-func (r *run) syncWithin(d time.Duration) (bool, error) {
+// syncOrAbandon fsyncs the partial copy until the fsync returns or ctx
+// ends, whichever comes first. It reports false when ctx ended first: the
+// fsync is abandoned, going on in a goroutine that closes the partial
+// copy's descriptor (and so releases its lock) once it returns, and the
+// copy has no partial copy open any more. A fsync that returned wins over
+// an ended ctx.
+func (r *run) syncOrAbandon(ctx context.Context) (bool, error) {
 	fd := r.tmp
+	began := r.c.t.clock()
 	done := make(chan error, 1)
 	go func() { done <- fsync(fd) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
+	var err error
 	select {
-	case err := <-done:
-		if err != nil {
-			return false, osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, err)
+	case err = <-done:
+	case <-ctx.Done():
+		select {
+		case err = <-done:
+		default:
+			r.abandonSync(fd, done)
+			return false, nil
 		}
-		r.unsynced, r.lastSync = 0, time.Now()
-		r.dropCache()
-		return true, nil
-	case <-t.C:
-		r.tmp = -1
-		go func() {
-			<-done
-			_ = unix.Close(fd)
-		}()
-		return false, nil
 	}
+	if err != nil {
+		return false, osErr(r.dstName(), "cannot fsync partial copy "+r.tmpPath, err)
+	}
+	r.c.t.observe(began, autobw.Commit, r.unsynced)
+	r.unsynced, r.lastSync = 0, time.Now()
+	r.dropCache()
+	return true, nil
 }
 
-// finish completes the partial copy, verifies it if asked, publishes it
-// under its final name and commits Size. In a Batch, it stops once the
-// copy is complete and checked, and hands it to the Batch, whose Sync
-// makes it durable and publishes it.
+// abandonSync leaves the fsync of the partial copy fd, whose outcome
+// arrives on done, to finish on its own: the descriptor is closed once it
+// returns, and meanwhile the partial copy is noted as locked by this
+// process's own fsync (see Throttle.syncInFlight).
+func (r *run) abandonSync(fd int, done <-chan error) {
+	k := fileKey{dev: uint64(r.tmpStat.Dev), ino: r.tmpStat.Ino}
+	r.c.t.syncAbandoned(k)
+	r.tmp = -1
+	go func() {
+		<-done
+		_ = unix.Close(fd)
+		r.c.t.syncReturned(k)
+	}()
+}
+
+// syncFinal makes the complete partial copy durable before it is
+// published: it extends it to size and fsyncs it, unless ctx ends first
+// (the flush is stopped). Then the fsync is abandoned (see syncOrAbandon),
+// nothing is published, and the error wraps ctx's: WRITTEN stays at the
+// last commit, and the partial copy, with its record, stays for the next
+// copy to resume from there. On a stalled destination the fsync of up to
+// SyncBytes can last minutes, while the library waits for STOPPED.
+func (r *run) syncFinal(size int64) error {
+	if err := r.extendTemp(size); err != nil {
+		return err
+	}
+	synced, err := r.syncOrAbandon(r.ctx)
+	if err != nil || synced {
+		return err
+	}
+	return fmt.Errorf("%s: %w: stopped during the fsync of partial copy %s before it was published; nothing was published",
+		r.dstName(), r.ctx.Err(), r.tmpPath)
+}
+
+// finish completes the partial copy, verifies it if asked, and hands it
+// to its Batch, whose Sync makes it durable and publishes it.
 func (r *run) finish() error {
 	size := r.job.Size
 	r.crc, r.crcPos = crcZeros(r.crc, size-r.crcPos), size
-	b := r.job.Batch
-	if b != nil && !r.c.o.VerifyAfter {
+	if !r.c.o.VerifyAfter {
 		// Extended, not fsynced: Batch.Sync makes it durable.
 		if err := r.extendTemp(size); err != nil {
 			return err
 		}
-	} else if err := r.syncTemp(size); err != nil {
+	} else if err := r.syncFinal(size); err != nil {
 		return err
 	}
-	// A copy held by a Batch is checked against its source when it is
-	// published (publish, from Batch.Sync); here too only when a verdict
-	// on its bytes is to come, so that a source that changed under the
-	// check is told as changed, not as corrupt.
-	if b == nil || r.check != nil || r.c.o.VerifyAfter {
+	// A copy is checked against its source when it is published (from
+	// Batch.Sync); here too only when a verdict on its bytes is to come,
+	// so that a source that changed under the check is told as changed,
+	// not as corrupt.
+	if r.check != nil || r.c.o.VerifyAfter {
 		if err := r.checkSource(); err != nil {
 			return err
 		}
@@ -1183,24 +1271,15 @@ func (r *run) finish() error {
 				r.dstName(), ErrVerifyMismatch, got, r.crc, r.discardTemp())
 		}
 	}
-	if b != nil {
-		return r.hold(b)
-	}
-	if err := r.publish(); err != nil {
-		return err
-	}
-	if err := r.syncDirs(); err != nil {
-		return err
-	}
-	if err := r.closeTemp(); err != nil {
-		r.forget()
-		return osErr(r.dstName(), "cannot close partial copy "+r.tmpPath, err)
-	}
-	r.res = Result{Written: size, CRC: r.crc, Complete: true, Restarted: r.res.Restarted}
-	if err := r.commit(size, r.crc); err != nil {
-		return fmt.Errorf("%s: recording the completed copy: %w", r.srcName(), err)
-	}
-	return r.paceDone()
+	return r.hold(r.job.Batch)
+}
+
+// commitsAsItGoes tells whether the copy's progress is committed as it
+// goes, to be resumed after an interruption: a lone copy's, and any of a
+// file too large to be batched (BatchMax). Its partial copy is named from
+// the start and carries its record.
+func (r *run) commitsAsItGoes() bool {
+	return r.job.Batch.lone || r.job.Size > BatchMax(r.c.o)
 }
 
 // hold hands the complete, checked copy to the Batch b with its open
@@ -1233,25 +1312,6 @@ func (r *run) hold(b *Batch) error {
 	r.tmp, r.src, r.dir = -1, -1, -1
 	r.res = Result{Written: r.res.Written, CRC: r.crc, Held: true, Restarted: r.res.Restarted}
 	return r.paceDone()
-}
-
-// publish renames the durable partial copy to its final name, once sure
-// that the source is still the file copied, that the name is still ours
-// and still where DESTINATION leads; the lock is kept until the rename is
-// done, so no other writer can empty the file in between. Afterwards
-// DESTINATION, resolved afresh from the root, must be the file just
-// published. The directory's fsync is the caller's.
-//
-// A Batch takes the three steps apart (checkSource, place, checkPlaced),
-// to do the lookups while it waits for the disk.
-func (r *run) publish() error {
-	if err := r.checkSource(); err != nil {
-		return err
-	}
-	if err := r.place(); err != nil {
-		return err
-	}
-	return r.checkPlaced()
 }
 
 // place gives the durable partial copy its final name: the link of an
@@ -1350,12 +1410,12 @@ func (r *run) unlink() string {
 }
 
 // renameFailed reports that the partial copy could not be renamed over
-// DESTINATION (a directory there, for one). A lone copy keeps it, to
-// resume; a batch's copy is made again from 0 anyway, and its partial
-// copy, named only for this rename, is removed.
+// DESTINATION (a directory there, for one). A copy that commits as it
+// goes keeps it, to resume; a batched file's copy is made again from 0
+// anyway, and its partial copy, named only for this rename, is removed.
 func (r *run) renameFailed(err error) error {
 	err = osErr(r.dstName(), "cannot rename partial copy "+r.tmpPath+" into place", err)
-	if r.job.Batch != nil {
+	if !r.commitsAsItGoes() {
 		err = fmt.Errorf("%w%s", err, r.discardTemp())
 	}
 	return err
@@ -1492,9 +1552,6 @@ func (r *run) closeFiles() error {
 		_ = unix.Close(r.src)
 		r.src = -1
 	}
-	if r.dir >= 0 && r.bdir == nil {
-		_ = unix.Close(r.dir)
-	}
-	r.dir = -1
+	r.dir = -1 // the Batch's (openTemp), closed by its Sync
 	return err
 }

@@ -91,6 +91,8 @@ type Throttle struct {
 	bwSlept, pctSlept   atomic.Int64
 	measuring           atomic.Bool // auto != nil, read without the lock
 	measured            [2]int64    // bytes reported to auto: writes, commits
+
+	abandoned abandonedSyncs // partial copies locked by fsyncs no copy waits for
 }
 
 // ThrottleStats counts the pauses a Throttle imposed, for metrics.
