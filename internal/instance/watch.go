@@ -3,14 +3,11 @@ package instance
 import (
 	"context"
 	"errors"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-// watchPoll bounds how long Watch waits in poll(2) before looking at its
-// context again.
-const watchPoll = 100 * time.Millisecond
 
 // Watch checks the lock (see Check) whenever its file's links or
 // attributes change (inotify: its removal is seen at once) and at least
@@ -50,68 +47,53 @@ func (l *Lock) Watch(ctx context.Context, interval time.Duration, retaken func(p
 	return out
 }
 
-// notifier is an inotify instance watching the lock file; fd -1 when
-// inotify is not available, leaving the periodic check alone.
-type notifier struct{ fd int }
+// notifier is an inotify instance watching the lock file, read through
+// the runtime's poller, so that a watch waiting for an event or its
+// interval costs no wake-up; f nil when inotify is not available, leaving
+// the periodic check alone.
+type notifier struct {
+	fd int // the inotify descriptor, for adding watches (f.Fd would make it blocking)
+	f  *os.File
+}
 
 func newNotifier() *notifier {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
-		fd = -1
+		return &notifier{fd: -1}
 	}
-	return &notifier{fd: fd}
+	return &notifier{fd: fd, f: os.NewFile(uintptr(fd), "inotify")}
 }
 
 // add watches path's file for a change of its links (removal, rename) or
 // its removal; watching the same file again is harmless.
 func (n *notifier) add(path string) {
-	if n.fd >= 0 {
+	if n.f != nil {
 		_, _ = unix.InotifyAddWatch(n.fd, path, unix.IN_ATTRIB|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_DONT_FOLLOW)
 	}
 }
 
-// wait returns when an event arrives, interval has passed, or ctx is done.
+// wait returns when events arrive (they are read; what they are does not
+// matter, the check that follows looks at the path itself), interval has
+// passed, or ctx is done.
 func (n *notifier) wait(ctx context.Context, interval time.Duration) {
-	deadline := time.Now().Add(interval)
-	for ctx.Err() == nil {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return
+	if n.f == nil {
+		t := time.NewTimer(interval)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
 		}
-		if n.fd < 0 {
-			t := time.NewTimer(min(left, watchPoll))
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
-			continue
-		}
-		fds := []unix.PollFd{{Fd: int32(n.fd), Events: unix.POLLIN}}
-		k, err := unix.Poll(fds, int(min(left, watchPoll).Milliseconds())+1)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return
-		}
-		if k > 0 {
-			n.drain()
-			return
-		}
+		return
 	}
-}
-
-// drain reads the pending events; what they are does not matter, the
-// check that follows looks at the path itself.
-func (n *notifier) drain() {
-	var buf [4096]byte
-	for {
-		if k, err := unix.Read(n.fd, buf[:]); k <= 0 || err != nil {
-			return
-		}
-	}
+	_ = n.f.SetReadDeadline(time.Now().Add(interval))
+	stop := context.AfterFunc(ctx, func() { _ = n.f.SetReadDeadline(time.Now()) })
+	defer stop()
+	var buf [4096]byte // room for every event a removal or rename raises
+	_, _ = n.f.Read(buf[:])
 }
 
 func (n *notifier) close() {
-	if n.fd >= 0 {
-		unix.Close(n.fd)
+	if n.f != nil {
+		_ = n.f.Close()
 	}
 }
