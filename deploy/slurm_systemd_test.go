@@ -172,16 +172,7 @@ func TestSystemdJobScriptApplicationFails(t *testing.T) {
 	if code := j.wait(t); code != 3 {
 		t.Errorf("job exit status %d, want the application's 3", code)
 	}
-	for i := 1; i <= 3; i++ {
-		name := "rank_" + strconv.Itoa(i)
-		w, err := os.ReadFile(filepath.Join(j.want, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g, err := os.ReadFile(filepath.Join(j.dest, name)); err != nil || !bytes.Equal(g, w) {
-			t.Errorf("%s not flushed byte for byte (%v)", name, err)
-		}
-	}
+	flushedAll(t, j.want, j.dest)
 	j.daemonStopped(t)
 	if _, err := os.Stat(filepath.Join(j.shm, j.user, "scr.4343")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the node-local cache is still there after a complete flush (%v)", err)
@@ -267,16 +258,7 @@ func jobBesideAnotherDaemon(t *testing.T, env []string) {
 	if !strings.Contains(j.Logs(), "still serves") {
 		t.Error("the output does not say that another daemon serves the transfer file")
 	}
-	for i := 1; i <= 3; i++ {
-		name := "rank_" + strconv.Itoa(i)
-		w, err := os.ReadFile(filepath.Join(j.want, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g, err := os.ReadFile(filepath.Join(j.dest, name)); err != nil || !bytes.Equal(g, w) {
-			t.Errorf("%s not flushed byte for byte (%v)", name, err)
-		}
-	}
+	flushedAll(t, j.want, j.dest)
 	b, err := os.ReadFile(filepath.Join(j.state, "other.pid"))
 	if err != nil {
 		t.Fatal(err)

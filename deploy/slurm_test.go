@@ -205,15 +205,19 @@ func (j *flushJob) run(t *testing.T, env ...string) int {
 
 // flushed checks that the application's three files are at their
 // destinations byte for byte.
-func (j *flushJob) flushed(t *testing.T) {
+func (j *flushJob) flushed(t *testing.T) { flushedAll(t, j.want, j.dest) }
+
+// flushedAll checks that fakeApp's three files, kept in want, are in dest
+// byte for byte.
+func flushedAll(t *testing.T, want, dest string) {
 	t.Helper()
 	for i := 1; i <= 3; i++ {
 		name := "rank_" + strconv.Itoa(i)
-		w, err := os.ReadFile(filepath.Join(j.want, name))
+		w, err := os.ReadFile(filepath.Join(want, name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g, err := os.ReadFile(filepath.Join(j.dest, name)); err != nil || !bytes.Equal(g, w) {
+		if g, err := os.ReadFile(filepath.Join(dest, name)); err != nil || !bytes.Equal(g, w) {
 			t.Errorf("%s not flushed byte for byte (%v)", name, err)
 		}
 	}

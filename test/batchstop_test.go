@@ -18,6 +18,24 @@ import (
 // FUSE, every fsync delayed by stall; it is unmounted when the test ends,
 // the stall ended first. It fails the test where FUSE is not available
 // and CI requires it (CI=true), else skips.
+// stopWhileStalled waits until an fsync hangs on stall (failing with
+// missing if none does), asks STOP as the library does, and returns the
+// view once STOPPED is recorded, failing unless it came within
+// stopAnswered: a hung fsync is 20 s.
+func stopWhileStalled(t *testing.T, n *node, stall *fusetest.Stall, missing string) transfer.View {
+	t.Helper()
+	if !testenv.Until(settle, func() bool { now, _ := stall.Waiting(); return now > 0 }) {
+		t.Fatalf("%s; transfer file:\n%v", missing, n.view())
+	}
+	asked := time.Now()
+	n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Stop) })
+	v := n.waitFor("STOPPED", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
+	if took := time.Since(asked); took > stopAnswered {
+		t.Errorf("STOP answered after %v, want at most %v (the hung fsync is 20 s)", took.Round(time.Millisecond), stopAnswered)
+	}
+	return v
+}
+
 func stallMount(t *testing.T, n *node, stall *fusetest.Stall) {
 	t.Helper()
 	if err := fusetest.Available(); err != nil {
@@ -60,15 +78,7 @@ func TestStopDuringBatchSync(t *testing.T) {
 	}
 	n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Run) })
 	d := n.start("--sync-interval=1h")
-	if !testenv.Until(settle, func() bool { now, _ := stall.Waiting(); return now > 0 }) {
-		t.Fatalf("no fsync of the batch reached the destination; transfer file:\n%v", n.view())
-	}
-	asked := time.Now()
-	n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Stop) })
-	v := n.waitFor("STOPPED", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
-	if took := time.Since(asked); took > stopAnswered {
-		t.Errorf("STOP answered after %v, want at most %v (a hung fsync is 20 s)", took.Round(time.Millisecond), stopAnswered)
-	}
+	v := stopWhileStalled(t, n, stall, "no fsync of the batch reached the destination")
 	for _, f := range v.Files {
 		if f.Error != "" {
 			t.Errorf("%s: ERROR %q recorded on STOP", f.Src, f.Error)

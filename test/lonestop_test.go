@@ -10,7 +10,6 @@ import (
 
 	"github.com/scr-transferd/scr-transferd/hashfile"
 	"github.com/scr-transferd/scr-transferd/internal/fusetest"
-	"github.com/scr-transferd/scr-transferd/internal/testenv"
 	"github.com/scr-transferd/scr-transferd/transfer"
 )
 
@@ -43,15 +42,7 @@ func stopDuringLoneFinalSync(t *testing.T, verify string) {
 	n.add(src, dest)
 	n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Run) })
 	d := n.start("--sync-bytes=67108864", "--sync-interval=1h", verify)
-	if !testenv.Until(settle, func() bool { now, _ := stall.Waiting(); return now > 0 }) {
-		t.Fatalf("the copy's final fsync never reached the destination; transfer file:\n%v", n.view())
-	}
-	asked := time.Now()
-	n.library(func(tr *hashfile.Tree) { transfer.SetCommand(tr, transfer.Stop) })
-	v := n.waitFor("STOPPED", settle, func(v transfer.View) bool { return v.State == transfer.Stopped })
-	if took := time.Since(asked); took > stopAnswered {
-		t.Errorf("STOP answered after %v, want at most %v (the hung fsync is 20 s)", took.Round(time.Millisecond), stopAnswered)
-	}
+	v := stopWhileStalled(t, n, stall, "the copy's final fsync never reached the destination")
 	f := v.Files[0]
 	if f.Error != "" {
 		t.Errorf("ERROR %q recorded on STOP", f.Error)
