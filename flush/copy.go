@@ -30,6 +30,10 @@ const (
 )
 
 const (
+	// kickBytes: the write-back of a copy is started every kickBytes
+	// written, so that the disk writes while the copy goes on instead of
+	// all at the next fsync (see BenchmarkTrickKickBytes).
+	kickBytes = 8 << 20
 	// kickHeld: a copy of this many bytes or more handed to a Batch has
 	// its write-back started at once, so that the disk writes it while the
 	// streams copy the next files instead of all at the Batch's sync (see
@@ -874,6 +878,7 @@ func (r *run) writeChunk(off int64, p []byte) error {
 	r.crcPos, r.pos, r.unsynced = end, end, r.unsynced+int64(len(p))
 	if !hole {
 		r.tempSize = max(r.tempSize, end)
+		r.kick(kickBytes)
 	}
 	return nil
 }
@@ -1282,6 +1287,17 @@ func (r *run) commitsAsItGoes() bool {
 	return r.job.Batch.lone || r.job.Size > BatchMax(r.c.o)
 }
 
+// kick starts the write-back of the partial copy's bytes written since
+// the last kick if there are at least min of them. A hint only: errors are
+// left for the fsync to report.
+func (r *run) kick(min int64) {
+	if r.c.o.noKick || r.tempSize-r.kicked < min {
+		return
+	}
+	_ = unix.SyncFileRange(r.tmp, r.kicked, r.tempSize-r.kicked, unix.SYNC_FILE_RANGE_WRITE)
+	r.kicked = r.tempSize
+}
+
 // hold hands the complete, checked copy to the Batch b with its open
 // partial copy (still locked): from here it is the Batch's, and the Result
 // says so. The source is closed; publishing looks its path up afresh.
@@ -1294,12 +1310,8 @@ func (r *run) hold(b *Batch) error {
 		_ = r.srcFile.Close()
 		r.srcFile = nil
 	}
-	if !r.c.o.noKick && r.tempSize > r.kicked && r.tempSize >= kickHeld {
-		// Start the write-back now, so that the Batch's sync finds
-		// little left to write. A hint only: errors are left for the
-		// sync to report.
-		_ = unix.SyncFileRange(r.tmp, r.kicked, r.tempSize-r.kicked, unix.SYNC_FILE_RANGE_WRITE)
-		r.kicked = r.tempSize
+	if r.tempSize >= kickHeld {
+		r.kick(1) // the Batch's sync then finds little left to write
 	}
 	if r.dropsCache() {
 		// Now: the source's descriptor is not kept (one descriptor per

@@ -137,3 +137,33 @@ func BenchmarkTrickSyncfs(b *testing.B) {
 	off.syncEach = true
 	onOff(b, 500, 64<<10, daemonSetup(), off)
 }
+
+// BenchmarkTrickKickBytes: one file of 256 MiB copied alone (a batch of
+// one, committed every DefaultSyncBytes as the daemon does), with and
+// without sync_file_range starting the write-back every kickBytes.
+func BenchmarkTrickKickBytes(b *testing.B) {
+	const size = 256 << 20
+	dir := benchDir(b)
+	src := benchSource(b, dir, size)
+	dst := filepath.Join(dir, "dst")
+	for _, c := range []struct {
+		name string
+		o    Options
+	}{{"on", Options{}}, {"off", Options{noKick: true}}} {
+		b.Run(c.name, func(b *testing.B) {
+			cp := NewCopier(NewThrottle(), c.o)
+			for b.Loop() {
+				b.StopTimer()
+				if err := os.Remove(dst); err != nil && !os.IsNotExist(err) {
+					b.Fatal(err)
+				}
+				unix.Sync()
+				b.StartTimer()
+				if _, err := cp.Copy(context.Background(), Job{Src: src, Dst: dst, Size: size}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(size)*float64(b.N)/1e6/b.Elapsed().Seconds(), "MB/s")
+		})
+	}
+}
