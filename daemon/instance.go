@@ -9,9 +9,10 @@ import (
 	"github.com/scr-transferd/scr-transferd/internal/instance"
 )
 
-// instanceCheck is how often the instance lock is checked beyond the
-// notifications of its file's removal (see instance.Lock.Watch).
-const instanceCheck = time.Second
+// instanceCheck is how often the instance lock is checked beyond inotify's
+// notifications (see instance.Lock.Watch), for the changes inotify cannot
+// see; rare, so that an idle daemon does not wake for it.
+const instanceCheck = time.Minute
 
 // watchInstance keeps the instance lock for the daemon's run: when its
 // file is removed (a job script's "rm -rf $cntldir/*") it is taken again

@@ -96,6 +96,8 @@ type Lock struct {
 	f    *os.File
 	path string
 	pid  bool // the PID is written in f
+
+	closed chan struct{} // closed by Close, ending Watch
 }
 
 // conflictWait bounds how long Acquire retries a lock it finds taken
@@ -124,7 +126,7 @@ func Acquire(transferFile string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{f: f, path: path, pid: writePID(f) == nil}, nil
+	return &Lock{f: f, path: path, pid: writePID(f) == nil, closed: make(chan struct{})}, nil
 }
 
 // take opens the lock file at path and locks it, retrying a lock found
@@ -282,6 +284,7 @@ func (l *Lock) Close() error {
 	}
 	err := l.f.Close()
 	l.f = nil
+	close(l.closed)
 	return err
 }
 

@@ -1,21 +1,22 @@
 package instance
 
 import (
-	"context"
-	"time"
-
-	"golang.org/x/sys/unix"
-
 	"bufio"
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // helperEnv makes the test binary act as a second process holding the
@@ -361,14 +362,76 @@ func TestWatchNoticesRemovalAtOnce(t *testing.T) {
 	}
 }
 
-// TestWatchEndsWithTheLock: Watch of a closed lock ends without an error,
-// so a daemon's run that returns leaves no watch behind.
+// TestWatchNoticesDirectoryMovedAway: with a periodic check far away,
+// the control directory renamed away, or a directory above it, is
+// noticed through inotify and the lock taken again at the path.
+func TestWatchNoticesDirectoryMovedAway(t *testing.T) {
+	for _, moved := range []string{"ctl", "job"} {
+		t.Run(moved, func(t *testing.T) {
+			root := t.TempDir()
+			tf := filepath.Join(root, "job", "ctl", "transfer.scrinfo")
+			if err := os.MkdirAll(filepath.Dir(tf), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			l, err := Acquire(tf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			retaken := make(chan string, 1)
+			lost := l.Watch(ctx, time.Hour, func(p string) { retaken <- p })
+			waitingForEvents(t)
+			dir := filepath.Join(root, "job")
+			if moved == "ctl" {
+				dir = filepath.Dir(tf)
+			}
+			if err := os.Rename(dir, dir+".old"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case p := <-retaken:
+				if p != LockPath(tf) {
+					t.Fatalf("retaken at %s, want %s", p, LockPath(tf))
+				}
+				if _, err := os.Stat(LockPath(tf)); err != nil {
+					t.Fatalf("the lock file is not back at its path: %v", err)
+				}
+			case err := <-lost:
+				t.Fatalf("lock lost: %v", err)
+			case <-time.After(20 * time.Second):
+				t.Fatal("the move of the directory was never noticed")
+			}
+		})
+	}
+}
+
+// waitingForEvents returns once a Watch waits for its notifications, so
+// that what the test does next is seen by them, not by Watch's first
+// check.
+func waitingForEvents(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	buf := make([]byte, 1<<20)
+	for !bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*notifier).wait")) {
+		if time.Now().After(deadline) {
+			t.Fatal("Watch never waited for its notifications")
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestWatchEndsWithTheLock: Watch of a closed lock ends without an error
+// and without waiting for its periodic check, so a daemon's run that
+// returns leaves no watch behind.
 func TestWatchEndsWithTheLock(t *testing.T) {
 	l, err := Acquire(filepath.Join(t.TempDir(), "transfer.scrinfo"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lost := l.Watch(context.Background(), 10*time.Millisecond, nil)
+	lost := l.Watch(context.Background(), time.Hour, nil)
+	waitingForEvents(t)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,23 +4,35 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Watch checks the lock (see Check) whenever its file's links or
-// attributes change (inotify: its removal is seen at once) and at least
-// every interval (a directory renamed away changes nothing inotify
-// reports on the file), until ctx is done. Each time the lock is taken
-// again, retaken is called with the lock file's path. When the lock
-// cannot be kept, the returned channel receives the *LostError and Watch
-// ends; the caller must stop serving the transfer file. Watch also ends
-// once the lock is closed. The channel is closed when Watch ends.
+// Watch checks the lock (see Check) whenever inotify reports a change of
+// its file's links or attributes (its removal, or another file renamed
+// over it) or the move or removal of a directory above it (the control
+// directory renamed away), and every interval besides, for what inotify
+// cannot see (a symbolic link on the path pointed elsewhere, a mount over
+// the directory), until ctx is done or the lock is closed. Each time the
+// lock is taken again, retaken is called with the lock file's path. When
+// the lock cannot be kept, the returned channel receives the *LostError
+// and Watch ends; the caller must stop serving the transfer file. The
+// channel is closed when Watch ends.
 func (l *Lock) Watch(ctx context.Context, interval time.Duration, retaken func(path string)) <-chan error {
 	out := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-l.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	go func() {
 		defer close(out)
+		defer cancel()
 		n := newNotifier()
 		defer n.close()
 		for ctx.Err() == nil {
@@ -65,10 +77,22 @@ func newNotifier() *notifier {
 }
 
 // add watches path's file for a change of its links (removal, rename) or
-// its removal; watching the same file again is harmless.
+// attributes, and each directory above it for its move or removal;
+// watching the same file again is harmless.
 func (n *notifier) add(path string) {
-	if n.f != nil {
-		_, _ = unix.InotifyAddWatch(n.fd, path, unix.IN_ATTRIB|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_DONT_FOLLOW)
+	if n.f == nil || path == "" {
+		return
+	}
+	_, _ = unix.InotifyAddWatch(n.fd, path, unix.IN_ATTRIB|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_DONT_FOLLOW)
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return
+	}
+	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
+		_, _ = unix.InotifyAddWatch(n.fd, dir, unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_ONLYDIR)
+		if dir == filepath.Dir(dir) {
+			return
+		}
 	}
 }
 
