@@ -346,9 +346,6 @@ func (d *daemon) confine(f transfer.File) error {
 // one pass over the entries, not one per file.
 func (d *daemon) jobWanted(v transfer.View, j *job) string {
 	subs := j.subs
-	if subs == nil {
-		subs = []*job{j}
-	}
 	entries := make(map[string]*transfer.File, len(subs))
 	for _, sub := range subs {
 		entries[sub.file.Src] = nil

@@ -15,17 +15,11 @@ import (
 // there is no floor to measure the daemon's way.
 var errNoFloor = errors.New("no O_TMPFILE on this file system")
 
-// floorKick is how many bytes durableFloor copies between two starts of
-// the write-back, as the daemon's flush.Writeback does.
-const floorKick = 8 << 20
-
 // durableFloor copies the files at paths into the new directory dir with
 // only the steps any tool must take that makes the daemon's promise (no
 // name for a file before its bytes are durable, nothing reported before
 // the names are): in one thread, each file into an unnamed file
-// (O_TMPFILE) with one read and one write, the write-back started every
-// 8 MiB (syncfs in a goroutine), as the daemon does for files under 1 MiB;
-// then one syncfs for the data, each copy linked under its name, and one
+// (O_TMPFILE) with one read and one write; then one syncfs for the data, each copy linked under its name, and one
 // syncfs for the names. It has no check, no CRC, no transfer file, no
 // confinement and no retry. Its time beside
 // cp -r + sync tells how much of the daemon's cost for small files is the
@@ -42,14 +36,6 @@ func durableFloor(paths []string, dir string) (time.Duration, error) {
 		return 0, err
 	}
 	defer unix.Close(d)
-	kick := make(chan struct{}, 1)
-	kicked := make(chan struct{})
-	go func() {
-		defer close(kicked)
-		for range kick {
-			_ = unix.Syncfs(d)
-		}
-	}()
 	var tmps []int
 	defer func() {
 		for _, fd := range tmps {
@@ -57,7 +43,6 @@ func durableFloor(paths []string, dir string) (time.Duration, error) {
 		}
 	}()
 	var buf []byte
-	var pending int64
 	copyOne := func(p string) error {
 		s, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -86,24 +71,13 @@ func durableFloor(paths []string, dir string) (time.Duration, error) {
 		if n, err := unix.Pwrite(t, b, 0); err != nil || n != len(b) {
 			return fmt.Errorf("writing a copy of %s: %d bytes, %v", p, n, err)
 		}
-		if pending += st.Size; pending >= floorKick {
-			pending = 0
-			select {
-			case kick <- struct{}{}:
-			default: // a write-back is being started already
-			}
-		}
 		return nil
 	}
 	for _, p := range paths {
 		if err := copyOne(p); err != nil {
-			close(kick)
-			<-kicked
 			return 0, err
 		}
 	}
-	close(kick)
-	<-kicked
 	if err := unix.Syncfs(d); err != nil {
 		return 0, err
 	}

@@ -50,7 +50,7 @@ func (b *bench) manyFiles() error {
 		b.record(figure{goal: fmt.Sprintf("%d × %s: files/s (the daemon's own)", s.n, sizeText(s.size)), unit: "files/s", value: float64(s.n) / m.daemon.Seconds(), sense: higher})
 	}
 	fmt.Println()
-	fmt.Println("The durable floor is the least a copy of small files making the daemon's promise does: one thread, each file into an unnamed file, the write-back started every 8 MiB, one syncfs for the data, a link per file, one syncfs for the names; no check, CRC or transfer file.")
+	fmt.Println("The durable floor is the least a copy of small files making the daemon's promise does: one thread, each file into an unnamed file, one syncfs for the data, a link per file, one syncfs for the names; no check, CRC or transfer file.")
 	fmt.Println()
 	fmt.Printf("scr-transferd per run, RUN to DONE (medians): %s. The daemon's time runs from the end of the library's update (the files and COMMAND RUN written, the lock released) to when a reader taking the lock could see DONE. ", strings.Join(costs, "; "))
 	fmt.Printf("A new daemon touches most of its memory for the first time during its first flush; on this machine a first touch of a page costs %s (transparent huge pages: %s).\n\n",
