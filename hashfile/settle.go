@@ -205,6 +205,16 @@ func (s *Store) OnSettleWait(fn func(since time.Time)) {
 	}
 }
 
+// beginSettled begins an access: it waits for the library's quiet (see
+// waitSettled) with the bound counting from now, whatever the access
+// before it left.
+func (s *Store) beginSettled(ctx context.Context) error {
+	if s.settle != nil {
+		s.settle.since = time.Time{}
+	}
+	return s.waitSettled(ctx)
+}
+
 // waitSettled waits for the library's quiet (see Settle). The bound
 // counts from the access's first wait: the lock's retries, made with the
 // access's file open, wait again.
@@ -217,7 +227,7 @@ func (s *Store) waitSettled(ctx context.Context) error {
 		st.watchTried = true
 		st.watch = newAccessWatch()
 	}
-	if st.cur == nil || st.since.IsZero() {
+	if st.since.IsZero() {
 		st.since = time.Now() // the access's first wait, before it opens the file
 	}
 	since := st.since

@@ -235,7 +235,7 @@ func (s *Store) ReadContext(ctx context.Context) (*Tree, error) {
 		return nil, err
 	}
 	defer s.release()
-	if err := s.waitSettled(ctx); err != nil {
+	if err := s.beginSettled(ctx); err != nil {
 		return nil, err
 	}
 	f, err := s.open(os.O_RDONLY)
@@ -361,7 +361,7 @@ func (s *Store) UpdateContext(ctx context.Context, fn func(*Tree) error) (t *Tre
 		return nil, false, err
 	}
 	defer s.release()
-	if err := s.waitSettled(ctx); err != nil {
+	if err := s.beginSettled(ctx); err != nil {
 		return nil, false, err
 	}
 	f, err := s.open(os.O_RDWR | os.O_CREATE)

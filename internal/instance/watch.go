@@ -15,7 +15,8 @@ import (
 // over it) or the move or removal of a directory above it (the control
 // directory renamed away), and every interval besides, for what inotify
 // cannot see (a symbolic link on the path pointed elsewhere, a mount over
-// the directory), until ctx is done or the lock is closed. Each time the
+// the directory; every pidRetry while the PID is not written), until ctx
+// is done or the lock is closed. Each time the
 // lock is taken again, retaken is called with the lock file's path. When
 // the lock cannot be kept, the returned channel receives the *LostError
 // and Watch ends; the caller must stop serving the transfer file. The
@@ -53,10 +54,26 @@ func (l *Lock) Watch(ctx context.Context, interval time.Duration, retaken func(p
 				}
 				continue // watch the new file at once
 			}
-			n.wait(ctx, interval)
+			wait := interval
+			if l.pidPending() {
+				wait = min(wait, pidRetry)
+			}
+			n.wait(ctx, wait)
 		}
 	}()
 	return out
+}
+
+// pidRetry is how often Watch checks a lock whose PID could not be
+// written yet (a full control file system): Check writes it as soon as
+// there is room, so that status and the job scripts can name the daemon.
+const pidRetry = time.Second
+
+// pidPending reports whether the lock is held without its PID written.
+func (l *Lock) pidPending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f != nil && !l.pid
 }
 
 // notifier is an inotify instance watching the lock file, read through
