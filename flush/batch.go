@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -273,7 +274,11 @@ func (s *heldSet) publish(ctx context.Context) []error {
 			errs[i] = cerr
 		}
 	})
-	if !finished(ctx, synced) {
+	// Once published, the names' sync is waited for a little beyond STOP:
+	// a copy published but not recorded is copied again from 0 (its
+	// partial copy is gone), WRITTEN going back, for want of a fsync of
+	// its directory that takes milliseconds unless the destination stalls.
+	if !finished(ctx, synced) && !finishedWithin(synced, stopSyncWait) {
 		go func() {
 			<-synced
 			s.closeDirs()
@@ -345,6 +350,18 @@ func finished(ctx context.Context, done <-chan struct{}) bool {
 		default:
 			return false
 		}
+	}
+}
+
+// finishedWithin reports whether done is closed within d.
+func finishedWithin(done <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
