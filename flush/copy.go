@@ -1208,12 +1208,13 @@ func (r *run) syncOrAbandon(ctx context.Context) (bool, error) {
 // process's own fsync (see Throttle.syncInFlight).
 func (r *run) abandonSync(fd int, done <-chan error) {
 	k := fileKey{dev: uint64(r.tmpStat.Dev), ino: r.tmpStat.Ino}
-	r.c.t.syncAbandoned(k)
+	t := r.c.t // not r: the goroutine outlives the copy
+	t.syncAbandoned(k)
 	r.tmp = -1
 	go func() {
 		<-done
 		_ = unix.Close(fd)
-		r.c.t.syncReturned(k)
+		t.syncReturned(k)
 	}()
 }
 

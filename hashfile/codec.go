@@ -275,13 +275,13 @@ func (w *imageWriter) put(p string) {
 	pos := len(w.b)
 	if w.from < 0 {
 		o := w.b[pos:min(pos+len(p), max(w.old, pos))]
+		if string(o) == p { // one memequal, not a loop: most bytes are the same
+			w.b = w.b[:pos+len(p)]
+			return
+		}
 		n := 0
 		for n < len(o) && o[n] == p[n] {
 			n++
-		}
-		if n == len(p) {
-			w.b = w.b[:pos+n] // the same bytes are there already
-			return
 		}
 		w.from = pos + n
 	}

@@ -62,21 +62,18 @@ func needsJournal(from, end int) bool {
 	return from < end && from/journalPage != (end-1)/journalPage
 }
 
-// encodeJournal returns the record of a rewrite of img from from.
-func encodeJournal(buf, img []byte, from int) []byte {
-	n := journalHeader + len(img) - from
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	rec := buf[:n]
-	binary.BigEndian.PutUint32(rec[0:], journalMagic)
-	binary.BigEndian.PutUint32(rec[4:], journalPending)
-	binary.BigEndian.PutUint64(rec[8:], uint64(from))
-	binary.BigEndian.PutUint64(rec[16:], uint64(len(img)))
-	binary.BigEndian.PutUint32(rec[24:], imageCRC(img))
-	copy(rec[journalHeader:], img[from:])
-	binary.BigEndian.PutUint32(rec[28:], journalCRC(rec))
-	return rec
+// journalHead returns the header of the record of a rewrite of img from
+// from; the record is the header followed by img[from:].
+func journalHead(img []byte, from int) [journalHeader]byte {
+	var h [journalHeader]byte
+	binary.BigEndian.PutUint32(h[0:], journalMagic)
+	binary.BigEndian.PutUint32(h[4:], journalPending)
+	binary.BigEndian.PutUint64(h[8:], uint64(from))
+	binary.BigEndian.PutUint64(h[16:], uint64(len(img)))
+	binary.BigEndian.PutUint32(h[24:], imageCRC(img))
+	c := crc32.ChecksumIEEE(h[8:28])
+	binary.BigEndian.PutUint32(h[28:], crc32.Update(c, crc32.IEEETable, img[from:]))
+	return h
 }
 
 // imageCRC returns the CRC an image carries in its last four bytes.
@@ -150,7 +147,6 @@ func rollForward(file []byte, r journalRecord) ([]byte, error) {
 // journal writes and reads the journal file of one Store.
 type journal struct {
 	path string
-	buf  []byte // the last record encoded
 }
 
 // open opens the journal without following a symbolic link and refuses
@@ -188,8 +184,14 @@ func (j *journal) record(img []byte, from int, owner uint32) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	j.buf = encodeJournal(j.buf, img, from)
-	if _, err := f.WriteAt(j.buf, 0); err != nil {
+	// The tail is written from img itself: a copy of it would double the
+	// heap the largest transfer files need.
+	head := journalHead(img, from)
+	_, err = f.WriteAt(img[from:], journalHeader)
+	if err == nil {
+		_, err = f.WriteAt(head[:], 0)
+	}
+	if err != nil {
 		j.done(f) // whatever part of the record was written is not to be applied
 		return nil, fmt.Errorf("journal %s: %w", j.path, err)
 	}
