@@ -794,10 +794,11 @@ func TestNoAllocPerChunk(t *testing.T) {
 			a, b := allocs(small), allocs(big)
 			// The runtime's own allocations (a new OS thread, three
 			// allocations, when a blocking system call hands its P off, more
-			// likely under -race) are counted too: averaged over ten runs,
-			// allow a few, fewer than the 12 more batches and 96 more chunks
-			// of the big copy would add.
-			if b > a+3 {
+			// likely under -race and on a loaded machine: 4 more were seen
+			// beside another package's tests) are counted too: averaged over
+			// ten runs, allow a few, fewer than the 12 more batches and 96
+			// more chunks of the big copy would add.
+			if b > a+8 {
 				t.Errorf("%v allocations for 32 chunks, %v for 128 chunks", a, b)
 			}
 			if s := th.Stats(); mode != "unthrottled" && s.Sleeps == 0 {
