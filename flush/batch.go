@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -278,7 +277,13 @@ func (s *heldSet) publish(ctx context.Context) []error {
 	// a copy published but not recorded is copied again from 0 (its
 	// partial copy is gone), WRITTEN going back, for want of a fsync of
 	// its directory that takes milliseconds unless the destination stalls.
-	if !finished(ctx, synced) && !finishedWithin(synced, stopSyncWait) {
+	durable := finished(ctx, synced)
+	if !durable {
+		grace, cancel := stopGrace(ctx)
+		durable = finished(grace, synced)
+		cancel()
+	}
+	if !durable {
 		go func() {
 			<-synced
 			s.closeDirs()
@@ -350,18 +355,6 @@ func finished(ctx context.Context, done <-chan struct{}) bool {
 		default:
 			return false
 		}
-	}
-}
-
-// finishedWithin reports whether done is closed within d.
-func finishedWithin(done <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
 	}
 }
 

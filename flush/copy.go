@@ -1152,6 +1152,14 @@ func (r *run) syncDirs() error {
 // bound, what was committed stands and the unsynced tail is not claimed.
 const stopSyncWait = time.Second
 
+// stopGrace returns a context with ctx's values that ends stopSyncWait from
+// now, whatever becomes of ctx: the wait beyond STOP for a sync whose loss
+// would take back what was copied (an interrupted copy's last commit, a
+// published group's names).
+func stopGrace(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), stopSyncWait)
+}
+
 // saveProgress commits what has been copied when a copy is interrupted,
 // if it can be made durable within stopSyncWait.
 func (r *run) saveProgress() error {
@@ -1162,7 +1170,7 @@ func (r *run) saveProgress() error {
 	if err := r.extendTemp(r.pos); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), stopSyncWait)
+	ctx, cancel := stopGrace(r.ctx)
 	defer cancel()
 	synced, err := r.syncOrAbandon(ctx)
 	if err != nil || !synced {
