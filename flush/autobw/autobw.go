@@ -31,6 +31,7 @@ package autobw
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"time"
 )
 
@@ -70,9 +71,11 @@ const (
 	// time, others' requests wait at most about twice as long again behind
 	// ours, while the scheduling noise of a loaded node (latencies of twice
 	// the best are common with more runnable threads than CPUs) stays below.
-	// For a write larger than ContentionChunk the fraction is of the base
-	// of a ContentionChunk write: a queue adds the same time to any write,
-	// and a large write's long service time must not hide it.
+	// For a write the fraction is of the base of a ContentionChunk write,
+	// whatever its own size: a queue adds the same time to any write; a
+	// large write's long service time must not hide it, nor a small one's
+	// short service time make a fraction of a millisecond of scheduling
+	// noise look like a queue.
 	Target = 2.0
 	// Decrease is the largest factor applied to the rate when the delay
 	// is above Target, at most once per sample that began after the last
@@ -107,9 +110,11 @@ const (
 	// minute, while a load of a few seconds never becomes the base.
 	BaseBucket  = 10 * time.Second
 	BaseBuckets = 6
-	// Filter is how many recent samples of a class the current latency is
-	// the minimum of: one sample delayed by a scheduling hiccup is not
-	// taken for a queue.
+	// Filter is how many consecutive samples must be delayed above Target
+	// for a decrease (the delay is the least of theirs): one sample delayed
+	// by a scheduling hiccup is not taken for a queue. Consecutive samples
+	// of any size, not of one size class: the probe that follows a delayed
+	// write is smaller than it.
 	Filter = 2
 	// Clear is the delay, as a fraction of the base, under which a sample
 	// shows the queue gone: the rate then returns to the one before the
@@ -124,14 +129,20 @@ const (
 	LargeChunk = 1 << 20
 	// ContentionChunk is the write size within Calm of a queue: a write of
 	// ours in service when another writer's request arrives delays it by
-	// at most this much transfer, and one more write queued before we see
-	// the queue by as much again.
-	ContentionChunk = 256 << 10
-	// ProbeChunk is the write size within Calm of a queue at a rate below
-	// ProbeRate: at such a rate ContentionChunk writes would come tens of
-	// milliseconds apart, and the end of a queue be seen that late.
-	ProbeChunk = 32 << 10
-	ProbeRate  = 64 * ContentionChunk
+	// at most this much transfer; the write after it, a probe once the
+	// first was seen delayed, by little more.
+	ContentionChunk = 128 << 10
+	// ProbeChunk is the largest write within Calm of a queue at a rate
+	// below ProbeRate, or after a sample delayed above Target: at such a
+	// rate ContentionChunk writes would come tens of milliseconds apart,
+	// and the end of a queue be seen that late. A probe carries
+	// ProbeSpacing of transfer at the rate in force, at least MinProbe, so
+	// that at the floor too the probes come a few milliseconds apart and
+	// each adds next to nothing to the queue it waits in.
+	ProbeChunk   = 32 << 10
+	ProbeRate    = 64 * ContentionChunk
+	ProbeSpacing = 4 * time.Millisecond
+	MinProbe     = 4 << 10
 	// ChunkTime is the most transfer one write carries at the rate in
 	// force.
 	ChunkTime = time.Second / 16
@@ -155,13 +166,14 @@ type Controller struct {
 	rate    float64 // bytes/s, within [floor, ceiling]
 
 	base    [kinds][classes]history
-	recent  [kinds][classes][Filter]float64 // last per-byte latencies, 0 = none
-	pending [kinds]pending                  // small samples summed so far
+	pending [kinds]pending // small samples summed so far
 
-	last      time.Time // the last sample
-	decrease  time.Time // the last decrease
-	congested time.Time // the last sample delayed above Target
-	peak      float64   // the rate before the decreases since the last clear sample, 0 = none
+	last      time.Time       // the last sample
+	decrease  time.Time       // the last decrease
+	congested time.Time       // the last sample whose own delay was above Target
+	peak      float64         // the rate before the decreases since the last clear sample, 0 = none
+	suspect   bool            // the last sample's own delay was above Target
+	owns      [Filter]float64 // the last samples' own delays, newest first
 
 	avg   float64 // Average's state
 	avgAt time.Time
@@ -222,6 +234,9 @@ func (c *Controller) ObserveAt(now time.Time, s Sample) (rate float64, decreased
 	delay, own := c.record(now, s.Kind, s.Bytes/ops, float64(max(s.Took, 1))/float64(s.Bytes))
 	dt := min(now.Sub(c.last), MaxStep)
 	c.last = now
+	if c.suspect = own > Target; c.suspect {
+		c.congested = now
+	}
 	if delay > Target {
 		return c.rate, c.decreaseAt(now, began, delay)
 	}
@@ -243,7 +258,7 @@ func (c *Controller) gather(now time.Time, s Sample) (Sample, int64, time.Time, 
 	p.bytes += s.Bytes
 	p.took += s.Took
 	p.ops++
-	if p.bytes < MinSampleBytes && p.took < MinSampleTime {
+	if p.bytes < min(MinSampleBytes, int64(c.Chunk())) && p.took < MinSampleTime {
 		return s, 0, time.Time{}, false
 	}
 	sum, ops, began := Sample{Kind: s.Kind, Bytes: p.bytes, Took: p.took}, p.ops, p.since
@@ -255,7 +270,6 @@ func (c *Controller) gather(now time.Time, s Sample) (Sample, int64, time.Time, 
 // was above Target, unless it began before the last decrease; it tells
 // whether the rate was lowered.
 func (c *Controller) decreaseAt(now, began time.Time, delay float64) bool {
-	c.congested = now
 	if began.Before(c.decrease) {
 		return false // began under the old rate
 	}
@@ -293,9 +307,10 @@ func (c *Controller) increase(dt time.Duration, delay, own float64) {
 // write is a probe of the destination's queue as well as a load on it.
 // While no queue was seen for Calm, LargeChunk, as an unthrottled copy
 // writes; within Calm of a queue, ContentionChunk, so that a write in
-// service when another writer's request arrives delays it little; below
-// ProbeRate, ProbeChunk, so that the writes that tell when the queue is
-// gone come every few milliseconds and add next to nothing to it.
+// service when another writer's request arrives delays it little; right
+// after a delayed sample, and below ProbeRate, a probe (ProbeChunk or
+// less), so that the writes that tell whether a queue is there, and when
+// it is gone, come every few milliseconds and add next to nothing to it.
 //
 // A write carries at most ChunkTime of transfer at the rate in force (and
 // at least ProbeChunk), so that a ceiling far below the destination's
@@ -303,12 +318,20 @@ func (c *Controller) increase(dt time.Duration, delay, own float64) {
 func (c *Controller) Chunk() int {
 	n := ContentionChunk
 	switch {
+	case c.suspect:
+		return c.probe()
 	case c.last.Sub(c.congested) >= Calm:
 		n = LargeChunk
 	case c.rate < ProbeRate:
-		return ProbeChunk
+		return c.probe()
 	}
 	return max(ProbeChunk, min(n, int(c.rate*ChunkTime.Seconds())))
+}
+
+// probe is the size of a write probing for the end of a queue.
+func (c *Controller) probe() int {
+	n := int(c.rate*ProbeSpacing.Seconds()) &^ (MinProbe - 1)
+	return min(max(n, MinProbe), ProbeChunk)
 }
 
 // pending sums small samples of one kind until they reach MinSampleBytes
@@ -321,24 +344,15 @@ type pending struct {
 }
 
 // record adds a per-byte latency v of operations of op bytes of kind k to
-// their class and returns the added delay, as a fraction of the base (of a
-// ContentionChunk write for larger writes, see Target): filtered, the
-// least of the class's last Filter samples, which a decrease needs; and
-// this sample's own, which a recovery needs, since a sample from before a
-// queue must not tell that it is gone.
+// their class and returns the added delay, as a fraction of the base (for
+// writes, of a ContentionChunk write's, see Target): filtered, the least of
+// the last Filter samples', which a decrease needs; and this sample's own,
+// which a recovery needs, since a sample from before a queue must not tell
+// that it is gone.
 func (c *Controller) record(now time.Time, k Kind, op int64, v float64) (delay, own float64) {
 	cl := class(op)
 	h := &c.base[k][cl]
 	h.add(now, v)
-	rec := &c.recent[k][cl]
-	copy(rec[1:], rec[:len(rec)-1])
-	rec[0] = v
-	cur := v
-	for _, x := range rec {
-		if x > 0 {
-			cur = min(cur, x)
-		}
-	}
 	b, ref := h.base(), 0.0
 	if k == Write {
 		ref = c.base[Write][class(ContentionChunk)].base() * ContentionChunk
@@ -354,9 +368,12 @@ func (c *Controller) record(now time.Time, k Kind, op int64, v float64) (delay, 
 	}
 	scale := b * float64(op)
 	if ref > 0 {
-		scale = min(scale, ref)
+		scale = ref
 	}
-	return (cur - b) * float64(op) / scale, (v - b) * float64(op) / scale
+	own = (v - b) * float64(op) / scale
+	copy(c.owns[1:], c.owns[:len(c.owns)-1])
+	c.owns[0] = own
+	return slices.Min(c.owns[:]), own
 }
 
 // class is the size class of operations of n bytes each: a summed sample

@@ -343,7 +343,7 @@ func TestSignificant(t *testing.T) {
 }
 
 // FuzzObserve: whatever the samples, the rate stays a finite number within
-// the floor and the ceiling, and the chunk within ProbeChunk and LargeChunk.
+// the floor and the ceiling, and the chunk within MinProbe and LargeChunk.
 func FuzzObserve(f *testing.F) {
 	f.Add(int64(chunk), int64(time.Millisecond), int64(time.Millisecond), uint8(0), 0.0)
 	f.Add(int64(1), int64(0), int64(0), uint8(1), 1e6)
@@ -361,8 +361,8 @@ func FuzzObserve(f *testing.F) {
 			if math.IsNaN(r) || r < lo || r > hi {
 				t.Fatalf("rate %v outside [%v, %v]", r, lo, hi)
 			}
-			if ch := c.Chunk(); ch < ProbeChunk || ch > LargeChunk {
-				t.Fatalf("chunk %d outside [ProbeChunk, LargeChunk]", ch)
+			if ch := c.Chunk(); ch < MinProbe || ch > LargeChunk {
+				t.Fatalf("chunk %d outside [MinProbe, LargeChunk]", ch)
 			}
 		}
 	})
@@ -414,8 +414,9 @@ func TestRecovery(t *testing.T) {
 
 // TestChunk: writes carry LargeChunk once no queue was seen for Calm,
 // ContentionChunk within Calm of one (and in the first Calm, before any
-// is known), and ProbeChunk when the rate is also below ProbeRate; never
-// more than ChunkTime of transfer at the rate in force.
+// is known), and a probe right after a delayed sample or when the rate is
+// below ProbeRate; never more than ChunkTime of transfer at the rate in
+// force.
 func TestChunk(t *testing.T) {
 	const base = time.Millisecond
 	tests := []struct {
@@ -442,7 +443,7 @@ func TestChunk(t *testing.T) {
 			}
 			return now
 		}, LargeChunk, false},
-		{"a queue, rate above ProbeRate", func(c *Controller) time.Time {
+		{"a queue gone, rate above ProbeRate", func(c *Controller) time.Time {
 			now := t0
 			for now.Sub(t0) <= Calm {
 				now = now.Add(10 * time.Millisecond)
@@ -452,6 +453,30 @@ func TestChunk(t *testing.T) {
 				now = now.Add(10 * time.Millisecond)
 				c.ObserveAt(now, Sample{Write, chunk, base * 4})
 			}
+			now = now.Add(10 * time.Millisecond)
+			c.ObserveAt(now, Sample{Write, chunk, base})
+			return now
+		}, ContentionChunk, false},
+		{"one delayed sample: a probe next", func(c *Controller) time.Time {
+			now := t0
+			for now.Sub(t0) <= Calm {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base})
+			}
+			now = now.Add(10 * time.Millisecond)
+			c.ObserveAt(now, Sample{Write, chunk, base * 4})
+			return now
+		}, ProbeChunk, false},
+		{"one delayed sample, then a clear one: small writes for Calm", func(c *Controller) time.Time {
+			now := t0
+			for now.Sub(t0) <= Calm {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base})
+			}
+			now = now.Add(10 * time.Millisecond)
+			c.ObserveAt(now, Sample{Write, chunk, base * 4})
+			now = now.Add(10 * time.Millisecond)
+			c.ObserveAt(now, Sample{Write, chunk, base})
 			return now
 		}, ContentionChunk, false},
 		{"a long queue, rate below ProbeRate", func(c *Controller) time.Time {
@@ -465,7 +490,7 @@ func TestChunk(t *testing.T) {
 				c.ObserveAt(now, Sample{Write, chunk, 20 * base})
 			}
 			return now
-		}, ProbeChunk, true},
+		}, MinProbe, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -576,5 +601,117 @@ func TestIncreaseOffTarget(t *testing.T) {
 		if got := step(tt.delay) / full; math.Abs(got-tt.want) > 0.01 {
 			t.Errorf("delay %.2f × the base: step %.2f of the full one, want %.2f", tt.delay, got, tt.want)
 		}
+	}
+}
+
+// TestProbe: a probe carries ProbeSpacing of transfer at the rate in
+// force, in whole MinProbe units, between MinProbe and ProbeChunk, so that
+// probes come a few milliseconds apart at any rate.
+func TestProbe(t *testing.T) {
+	tests := []struct {
+		rate float64
+		want int
+	}{
+		{Floor, MinProbe},
+		{2 * Floor, 8 << 10},
+		{3 * Floor, 12 << 10},
+		{4 * Floor, 16 << 10},
+		{ProbeRate, ProbeChunk},
+		{1e12, ProbeChunk},
+	}
+	for _, tt := range tests {
+		c := New(t0, 0)
+		c.rate = tt.rate
+		if got := c.probe(); got != tt.want {
+			t.Errorf("probe at %.0f B/s: %d bytes, want %d", tt.rate, got, tt.want)
+		}
+	}
+}
+
+// queueThenLow brings c to a decrease after a queue: writes of
+// ContentionChunk at base, then Filter of them delayed. It returns the
+// rate before the queue and the time of the last sample.
+func queueThenLow(t *testing.T, c *Controller, base time.Duration) (float64, time.Time) {
+	t.Helper()
+	now := t0
+	for range 100 {
+		now = now.Add(10 * time.Millisecond)
+		c.ObserveAt(now, Sample{Write, ContentionChunk, base})
+	}
+	before := c.Rate()
+	queued := base * time.Duration(Target+4)
+	for range Filter {
+		now = now.Add(queued)
+		c.ObserveAt(now, Sample{Write, ContentionChunk, queued})
+	}
+	if c.Rate() > before/4 {
+		t.Fatalf("rate %.0f after the queue, want well below %.0f", c.Rate(), before)
+	}
+	return before, now
+}
+
+// TestFilterAcrossSizes: a delayed write followed by a delayed probe, of
+// another size class, is a queue: the filter is over consecutive samples,
+// not over the samples of one size.
+func TestFilterAcrossSizes(t *testing.T) {
+	const base = 4 * time.Millisecond // a ContentionChunk write
+	c := New(t0, 0)
+	now := t0
+	for range 100 {
+		now = now.Add(10 * time.Millisecond)
+		c.ObserveAt(now, Sample{Write, ContentionChunk, base})
+		now = now.Add(10 * time.Millisecond)
+		c.ObserveAt(now, Sample{Write, ProbeChunk, base / 4})
+	}
+	before := c.Rate()
+	queue := base * time.Duration(Target+4)
+	now = now.Add(queue)
+	if _, lowered := c.ObserveAt(now, Sample{Write, ContentionChunk, base + queue}); lowered {
+		t.Fatal("one delayed sample lowered the rate")
+	}
+	now = now.Add(queue)
+	if _, lowered := c.ObserveAt(now, Sample{Write, ProbeChunk, base/4 + queue}); !lowered {
+		t.Errorf("a delayed write then a delayed probe left the rate at %.0f (before %.0f)", c.Rate(), before)
+	}
+}
+
+// TestSmallWriteNoise: the delay of a write smaller than ContentionChunk
+// is a fraction of a ContentionChunk write's base, not of its own: a probe
+// that took three times its own tiny base, but far less than a
+// ContentionChunk write's service time more, shows the queue gone.
+func TestSmallWriteNoise(t *testing.T) {
+	const base = 4 * time.Millisecond // a ContentionChunk write
+	c := New(t0, 0)
+	now := t0
+	for range 100 { // the probes' own base: 100 µs
+		now = now.Add(10 * time.Millisecond)
+		c.ObserveAt(now, Sample{Write, ProbeChunk, 100 * time.Microsecond})
+	}
+	c2 := *c
+	before, now := queueThenLow(t, &c2, base)
+	now = now.Add(time.Millisecond)
+	if r, _ := c2.ObserveAt(now, Sample{Write, ProbeChunk, 300 * time.Microsecond}); r != before {
+		t.Errorf("a probe 200 µs over its base (%.2f × a ContentionChunk write's) left the rate at %.0f, want %.0f, the rate before the queue", 0.2e-3/base.Seconds(), r, before)
+	}
+}
+
+// TestProbeIsASample: a probe smaller than MinSampleBytes, of the size
+// Chunk asked for, is a sample on its own: the end of a queue is seen at
+// the first probe after it, however low the rate.
+func TestProbeIsASample(t *testing.T) {
+	const base = 4 * time.Millisecond // a ContentionChunk write
+	c := New(t0, 0)
+	before, now := queueThenLow(t, c, base)
+	for c.Rate() > Floor { // down to the floor, where a probe is MinProbe
+		now = now.Add(30 * time.Millisecond)
+		c.ObserveAt(now, Sample{Write, int64(c.Chunk()), 20 * base})
+	}
+	n := c.Chunk()
+	if n != MinProbe {
+		t.Fatalf("chunk %d at the floor, want MinProbe", n)
+	}
+	now = now.Add(time.Millisecond)
+	if r, _ := c.ObserveAt(now, Sample{Write, int64(n), base / 16}); r != before {
+		t.Errorf("a probe of %d bytes at its base left the rate at %.0f, want %.0f, the rate before the queue", n, r, before)
 	}
 }

@@ -13,8 +13,10 @@ import (
 // simAppRequest and fsyncing every simAppPeriod, and the daemon copying one
 // chunk at a time under the rate in force as flush.Throttle paces it under
 // BW auto. The per-request costs outside the bucket are those measured on
-// the benchmark's FUSE destination: a fixed cost per request and a cost per
-// byte (copying through the kernel, the bucket's timer firing late).
+// the benchmark's FUSE destination (one writer, no bucket): a fixed cost
+// per request and a cost per byte (copying through the kernel, the
+// server's timer firing late); the bucket, as internal/fusetest's, absorbs
+// a pause of up to simDepth before a request.
 
 const (
 	simCapa       = 40e6
@@ -25,11 +27,14 @@ const (
 	// the bucket and after it is served; simPerByte its cost per byte
 	// outside the bucket; simLoop the daemon's own time between writes
 	// (reading the source, bookkeeping).
-	simBefore  = 700 * time.Microsecond
-	simAfter   = 900 * time.Microsecond
-	simPerByte = 3.7e-3 / (1 << 20) // seconds per byte
+	simBefore  = 300 * time.Microsecond
+	simAfter   = 250 * time.Microsecond
+	simPerByte = 1.2e-3 / (1 << 20) // seconds per byte
 	simLoop    = 300 * time.Microsecond
 	simFsync   = 500 * time.Microsecond
+	// simDepth is the idle time before a request that the bucket absorbs
+	// (internal/fusetest's bucketDepth).
+	simDepth = 2 * time.Millisecond
 	// simBuf is the copy's buffer, the largest write unthrottled.
 	simBuf = 1 << 20
 )
@@ -40,11 +45,14 @@ type simBucket struct{ next time.Time }
 // serve books a request of n bytes arriving at t and returns when it is
 // served.
 func (b *simBucket) serve(t time.Time, n int) time.Time {
-	start := t
+	start := t.Add(-simDepth)
 	if b.next.After(start) {
 		start = b.next
 	}
 	b.next = start.Add(simDur(float64(n) / simCapa))
+	if b.next.Before(t) {
+		return t
+	}
 	return b.next
 }
 
@@ -135,9 +143,15 @@ func (f *simFlush) start(t time.Time) *simActor {
 		ended := served.Add(simAfter + simDur(float64(f.chunk)*simPerByte) + f.jitter())
 		f.copied += int64(f.chunk)
 		if f.c != nil {
-			_, lowered := f.c.ObserveAt(ended, Sample{Kind: Write, Bytes: int64(f.chunk), Took: ended.Sub(f.issued)})
-			if lowered {
-				f.tokens = min(f.tokens, 0) // the throttle drains its bucket
+			old := f.c.Rate()
+			if _, lowered := f.c.ObserveAt(ended, Sample{Kind: Write, Bytes: int64(f.chunk), Took: ended.Sub(f.issued)}); lowered {
+				// The throttle drains its bucket, filled at the old rate
+				// up to now.
+				if ended.After(f.at) {
+					f.tokens += ended.Sub(f.at).Seconds() * old
+					f.at = ended
+				}
+				f.tokens = min(f.tokens, 0)
 			}
 		}
 		return issue(ended.Add(simLoop))

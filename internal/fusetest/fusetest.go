@@ -139,10 +139,19 @@ func (s *Stall) wait(ctx context.Context, began time.Time) syscall.Errno {
 	}
 }
 
+// bucketDepth is the short pause between one client's requests that the
+// target absorbs: a real PFS client keeps several requests in flight, so
+// its target never idles between them, while a FUSE mount serves one
+// file's writes one at a time with about a millisecond of its own between
+// them; without a depth one writer alone would get less than the rate.
+// Over any interval T the bucket serves at most rate × (T + bucketDepth).
+const bucketDepth = 2 * time.Millisecond
+
 // Bucket is a storage target of finite bandwidth serving writes in
 // arrival order: a write of n bytes completes n/rate after the later of
-// its arrival and the completion of the write before it. The waiting
-// writer sees the queueing delay a busy target adds.
+// its arrival and the completion of the write before it, less the idle
+// time before its arrival up to bucketDepth. The waiting writer sees the
+// queueing delay a busy target adds.
 type Bucket struct {
 	rate float64 // bytes per second
 
@@ -162,7 +171,7 @@ func (b *Bucket) Rate() float64 { return b.rate }
 func (b *Bucket) reserve(now time.Time, n int) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	start := now
+	start := now.Add(-bucketDepth)
 	if b.next.After(start) {
 		start = b.next
 	}
@@ -170,13 +179,22 @@ func (b *Bucket) reserve(now time.Time, n int) time.Time {
 	return b.next
 }
 
-// wait blocks until n bytes booked now are served, or ctx ends.
-func (b *Bucket) wait(ctx context.Context, n int) syscall.Errno {
+// book books n bytes arriving now and returns when they are served; the
+// zero time for a nil Bucket or no bytes.
+func (b *Bucket) book(n int) time.Time {
 	if b == nil || n == 0 {
+		return time.Time{}
+	}
+	return b.reserve(time.Now(), n)
+}
+
+// waitUntil blocks until done, or ctx ends.
+func waitUntil(ctx context.Context, done time.Time) syscall.Errno {
+	d := time.Until(done)
+	if d <= 0 {
 		return 0
 	}
-	done := b.reserve(time.Now(), n)
-	t := time.NewTimer(time.Until(done))
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -300,24 +318,31 @@ type file struct {
 // network file system.
 func (f *file) PassthroughFd() (int, bool) { return -1, false }
 
-// Write waits for the bucket, then writes.
+// Write books the bucket, writes, and returns once the bucket has served
+// the bytes: the write to the backing directory is part of the service
+// time, as a storage target's own write is, so one writer alone is served
+// at the bucket's rate.
 func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	if errno := f.opts.Bucket.wait(ctx, len(data)); errno != 0 {
-		return 0, errno
+	done := f.opts.Bucket.book(len(data))
+	n, errno := f.LoopbackFile.Write(ctx, data, off)
+	if errno != 0 {
+		return n, errno
 	}
-	return f.LoopbackFile.Write(ctx, data, off)
+	return n, waitUntil(ctx, done)
 }
 
-// Writev waits for the bucket, then writes.
+// Writev is Write for a vector of buffers.
 func (f *file) Writev(ctx context.Context, data [][]byte, off int64) (uint32, syscall.Errno) {
-	n := 0
+	size := 0
 	for _, d := range data {
-		n += len(d)
+		size += len(d)
 	}
-	if errno := f.opts.Bucket.wait(ctx, n); errno != 0 {
-		return 0, errno
+	done := f.opts.Bucket.book(size)
+	n, errno := f.LoopbackFile.Writev(ctx, data, off)
+	if errno != 0 {
+		return n, errno
 	}
-	return f.LoopbackFile.Writev(ctx, data, off)
+	return n, waitUntil(ctx, done)
 }
 
 // Fsync waits out the mount's Stall, then syncs.

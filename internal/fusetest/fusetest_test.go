@@ -15,16 +15,23 @@ import (
 
 func TestBucketServesInArrivalOrder(t *testing.T) {
 	t0 := time.Unix(1000, 0)
+	const d = bucketDepth
 	tests := []struct {
 		name string
 		at   []time.Duration // arrival of each write, after t0
 		n    []int
 		want []time.Duration // completion of each write, after t0
 	}{
-		{"one write", []time.Duration{0}, []int{100}, []time.Duration{time.Second}},
-		{"queued behind another", []time.Duration{0, 0}, []int{100, 50}, []time.Duration{time.Second, 1500 * time.Millisecond}},
-		{"after an idle gap", []time.Duration{0, 3 * time.Second}, []int{100, 100}, []time.Duration{time.Second, 4 * time.Second}},
-		{"arriving mid-service", []time.Duration{0, 500 * time.Millisecond}, []int{100, 100}, []time.Duration{time.Second, 2 * time.Second}},
+		// An idle target serves bucketDepth of the write ahead.
+		{"one write", []time.Duration{0}, []int{100}, []time.Duration{time.Second - d}},
+		{"queued behind another", []time.Duration{0, 0}, []int{100, 50}, []time.Duration{time.Second - d, 1500*time.Millisecond - d}},
+		{"after an idle gap", []time.Duration{0, 3 * time.Second}, []int{100, 100}, []time.Duration{time.Second - d, 4*time.Second - d}},
+		{"arriving mid-service", []time.Duration{0, 500 * time.Millisecond}, []int{100, 100}, []time.Duration{time.Second - d, 2*time.Second - d}},
+		// A pause shorter than bucketDepth is absorbed: the second write
+		// is served as if it had been queued.
+		{"after a short pause", []time.Duration{0, time.Second - d/2}, []int{100, 100}, []time.Duration{time.Second - d, 2*time.Second - d}},
+		// A pause longer than bucketDepth is not: the target idled.
+		{"after a longer pause", []time.Duration{0, time.Second + d}, []int{100, 100}, []time.Duration{time.Second - d, 2 * time.Second}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,16 +144,21 @@ func TestBucketSlowsWrites(t *testing.T) {
 	defer s.Close()
 	// The bucket's queue is the observable: after a write through the
 	// mount, the target is booked until at least 256 KiB / 1 MiB/s after
-	// the write began.
+	// the write began (less what an idle target serves ahead), and the
+	// write returned no sooner.
 	start := time.Now()
 	if err := os.WriteFile(filepath.Join(mp, "f"), make([]byte, 256<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	returned := time.Now()
 	b.mu.Lock()
-	booked := b.next.Sub(start)
+	next := b.next
 	b.mu.Unlock()
-	if booked < 250*time.Millisecond {
-		t.Errorf("a 256 KiB write booked the target for %v, want at least 250ms", booked)
+	if booked := next.Sub(start); booked < 250*time.Millisecond-bucketDepth {
+		t.Errorf("a 256 KiB write booked the target for %v, want at least %v", booked, 250*time.Millisecond-bucketDepth)
+	}
+	if returned.Before(next) {
+		t.Errorf("the write returned %v before the target served it", next.Sub(returned))
 	}
 	got, err := os.ReadFile(filepath.Join(backing, "f"))
 	if err != nil || len(got) != 256<<10 {

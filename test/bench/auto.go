@@ -6,9 +6,9 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,7 +21,8 @@ import (
 
 // appEnv, when set to a directory, makes this program the application of
 // the BW auto section (see init): every appPeriod it writes appBytes to its
-// output file in that directory and fsyncs it, until SIGTERM, then prints
+// output file in that directory and fsyncs it, until its standard input
+// is closed (a signal would interrupt the operation under way), then prints
 // each operation's start (ns since its own start) and latency (ns), one
 // operation a line.
 const appEnv = "SCR_BENCH_APP"
@@ -56,8 +57,11 @@ type appOp struct {
 
 // application is the body of the application process.
 func application(dir string) error {
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM)
+	stop := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(stop)
+	}()
 	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("app.%d", os.Getpid())), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
@@ -92,6 +96,7 @@ func application(dir string) error {
 // app is a running application process.
 type app struct {
 	cmd    *exec.Cmd
+	in     io.WriteCloser // closed to stop it
 	out    strings.Builder
 	origin time.Time
 }
@@ -105,6 +110,9 @@ func startApp(dir string) (*app, error) {
 	a := &app{cmd: exec.Command(exe)}
 	a.cmd.Env = append(os.Environ(), appEnv+"="+dir)
 	a.cmd.Stdout, a.cmd.Stderr = &a.out, os.Stderr
+	if a.in, err = a.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
 	if err := a.cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -114,7 +122,7 @@ func startApp(dir string) (*app, error) {
 
 // stop ends the application and returns its operations.
 func (a *app) stop() ([]appOp, error) {
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.in.Close(); err != nil {
 		return nil, err
 	}
 	if err := a.cmd.Wait(); err != nil {
