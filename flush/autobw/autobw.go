@@ -77,6 +77,10 @@ const (
 	// short service time make a fraction of a millisecond of scheduling
 	// noise look like a queue.
 	Target = 2.0
+	// NoiseFloor is the least time the delay is a fraction of: the
+	// scheduling noise of a busy node, a millisecond or two whatever the
+	// destination's speed, must not look like a queue on a fast one.
+	NoiseFloor = 2 * time.Millisecond
 	// Decrease is the largest factor applied to the rate when the delay
 	// is above Target, at most once per sample that began after the last
 	// decrease (samples already under way reflect the old rate). A longer
@@ -140,7 +144,7 @@ const (
 	// that at the floor too the probes come a few milliseconds apart and
 	// each adds next to nothing to the queue it waits in.
 	ProbeChunk   = 32 << 10
-	ProbeRate    = 64 * ContentionChunk
+	ProbeRate    = 64 * ContentionChunk // 8 MiB/s
 	ProbeSpacing = 4 * time.Millisecond
 	MinProbe     = 4 << 10
 	// ChunkTime is the most transfer one write carries at the rate in
@@ -370,6 +374,7 @@ func (c *Controller) record(now time.Time, k Kind, op int64, v float64) (delay, 
 	if ref > 0 {
 		scale = ref
 	}
+	scale = max(scale, float64(NoiseFloor))
 	own = (v - b) * float64(op) / scale
 	copy(c.owns[1:], c.owns[:len(c.owns)-1])
 	c.owns[0] = own

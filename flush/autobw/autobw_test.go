@@ -18,7 +18,7 @@ const (
 
 // dest is a simulated destination serving capa bytes/s to this daemon
 // alone; while busy(t) another writer queues larger requests there, and
-// each write of ours takes Target+2 times as long.
+// each write of ours waits Target+1 times its own time (or NoiseFloor) more.
 type dest struct {
 	capa float64
 	busy func(t time.Time) bool
@@ -40,7 +40,7 @@ func (d dest) run(c *Controller, start, end time.Time) []point {
 	for now.Before(end) {
 		took := time.Duration(float64(chunk) / d.capa * float64(time.Second))
 		if d.busy != nil && d.busy(now) {
-			took = time.Duration(float64(took) * (Target + 2))
+			took += time.Duration(float64(max(took, NoiseFloor)) * (Target + 1))
 		}
 		pace := time.Duration(float64(chunk) / c.Rate() * float64(time.Second))
 		done := now.Add(took)
@@ -418,7 +418,7 @@ func TestRecovery(t *testing.T) {
 // below ProbeRate; never more than ChunkTime of transfer at the rate in
 // force.
 func TestChunk(t *testing.T) {
-	const base = time.Millisecond
+	const base = 4 * time.Millisecond // above NoiseFloor
 	tests := []struct {
 		name   string
 		feed   func(c *Controller) time.Time // returns the last sample's time
@@ -515,7 +515,8 @@ func TestLargeWritesSeeAQueue(t *testing.T) {
 	const large = 1 << 20
 	c := New(t0, 0)
 	now := t0
-	perByte := time.Millisecond / (ContentionChunk >> 10) // 1 ms per ContentionChunk
+	const cbase = 4 * time.Millisecond // a ContentionChunk write's, above NoiseFloor
+	perByte := cbase / (ContentionChunk >> 10)
 	for range 50 {
 		now = now.Add(10 * time.Millisecond)
 		c.ObserveAt(now, Sample{Write, ContentionChunk, perByte * (ContentionChunk >> 10)})
@@ -524,7 +525,7 @@ func TestLargeWritesSeeAQueue(t *testing.T) {
 	}
 	// A queue of Target+1 ContentionChunk writes' time: well within
 	// Target × a large write's own base.
-	queue := time.Duration(Target+1) * time.Millisecond
+	queue := time.Duration(Target+1) * cbase
 	lowered := false
 	for range Filter {
 		now = now.Add(20 * time.Millisecond)
@@ -532,7 +533,7 @@ func TestLargeWritesSeeAQueue(t *testing.T) {
 		lowered = lowered || l
 	}
 	if !lowered {
-		t.Errorf("large writes each delayed by %v (%.1f × a ContentionChunk write's base) did not lower the rate", queue, float64(queue)/float64(time.Millisecond))
+		t.Errorf("large writes each delayed by %v (%.1f × a ContentionChunk write's base) did not lower the rate", queue, float64(queue)/float64(cbase))
 	}
 }
 
@@ -713,5 +714,33 @@ func TestProbeIsASample(t *testing.T) {
 	now = now.Add(time.Millisecond)
 	if r, _ := c.ObserveAt(now, Sample{Write, int64(n), base / 16}); r != before {
 		t.Errorf("a probe of %d bytes at its base left the rate at %.0f, want %.0f, the rate before the queue", n, r, before)
+	}
+}
+
+// TestNoiseFloor: on a destination so fast that a ContentionChunk write
+// takes a fraction of a millisecond, a millisecond of scheduling noise on
+// every write is not a queue (the delay is a fraction of NoiseFloor at
+// least), while a queue of several NoiseFloors is.
+func TestNoiseFloor(t *testing.T) {
+	const base = 200 * time.Microsecond // a ContentionChunk write
+	feed := func(took time.Duration) (lowered bool) {
+		c := New(t0, 0)
+		now := t0
+		for range 100 {
+			now = now.Add(time.Millisecond)
+			c.ObserveAt(now, Sample{Write, ContentionChunk, base})
+		}
+		for range 4 * Filter {
+			now = now.Add(time.Millisecond)
+			_, l := c.ObserveAt(now, Sample{Write, ContentionChunk, took})
+			lowered = lowered || l
+		}
+		return lowered
+	}
+	if feed(base + time.Millisecond) {
+		t.Errorf("writes %v over their base of %v (%.0f × it) lowered the rate: noise taken for a queue", time.Millisecond, base, float64(time.Millisecond)/float64(base))
+	}
+	if queue := time.Duration(Target+1) * NoiseFloor; !feed(base + queue) {
+		t.Errorf("writes %v over their base did not lower the rate", queue)
 	}
 }
