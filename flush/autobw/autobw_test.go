@@ -2,6 +2,7 @@ package autobw
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -420,82 +421,33 @@ func TestRecovery(t *testing.T) {
 func TestChunk(t *testing.T) {
 	const base = 4 * time.Millisecond // above NoiseFloor
 	tests := []struct {
-		name   string
-		feed   func(c *Controller) time.Time // returns the last sample's time
-		want   int
-		wantLo bool // the rate is below ProbeRate
+		name    string
+		ceiling float64
+		calm    bool            // first, samples at base for Calm
+		then    []time.Duration // then samples taking these, each begun as the last ended
+		want    int
+		wantLo  bool // the rate is below ProbeRate
 	}{
-		{"start", func(c *Controller) time.Time { return t0 }, ContentionChunk, false},
-		{"calm under a low ceiling: ChunkTime of transfer", func(c *Controller) time.Time {
-			c.SetCeilingAt(t0, 2<<20)
-			now := t0
-			for now.Sub(t0) <= Calm {
-				now = now.Add(10 * time.Millisecond)
-				c.ObserveAt(now, Sample{Write, chunk, base})
-			}
-			return now
-		}, int(2 << 20 * ChunkTime.Seconds()), true},
-		{"calm for Calm", func(c *Controller) time.Time {
-			now := t0
-			for now.Sub(t0) <= Calm {
-				now = now.Add(10 * time.Millisecond)
-				c.ObserveAt(now, Sample{Write, chunk, base})
-			}
-			return now
-		}, LargeChunk, false},
-		{"a queue gone, rate above ProbeRate", func(c *Controller) time.Time {
-			now := t0
-			for now.Sub(t0) <= Calm {
-				now = now.Add(10 * time.Millisecond)
-				c.ObserveAt(now, Sample{Write, chunk, base})
-			}
-			for range Filter {
-				now = now.Add(10 * time.Millisecond)
-				c.ObserveAt(now, Sample{Write, chunk, base * 4})
-			}
-			now = now.Add(10 * time.Millisecond)
-			c.ObserveAt(now, Sample{Write, chunk, base})
-			return now
-		}, ContentionChunk, false},
-		{"one delayed sample: a probe next", func(c *Controller) time.Time {
-			now := t0
-			for now.Sub(t0) <= Calm {
-				now = now.Add(10 * time.Millisecond)
-				c.ObserveAt(now, Sample{Write, chunk, base})
-			}
-			now = now.Add(10 * time.Millisecond)
-			c.ObserveAt(now, Sample{Write, chunk, base * 4})
-			return now
-		}, ProbeChunk, false},
-		{"one delayed sample, then a clear one: small writes for Calm", func(c *Controller) time.Time {
-			now := t0
-			for now.Sub(t0) <= Calm {
-				now = now.Add(10 * time.Millisecond)
-				c.ObserveAt(now, Sample{Write, chunk, base})
-			}
-			now = now.Add(10 * time.Millisecond)
-			c.ObserveAt(now, Sample{Write, chunk, base * 4})
-			now = now.Add(10 * time.Millisecond)
-			c.ObserveAt(now, Sample{Write, chunk, base})
-			return now
-		}, ContentionChunk, false},
-		{"a long queue, rate below ProbeRate", func(c *Controller) time.Time {
-			now := t0
-			for now.Sub(t0) <= Calm {
-				now = now.Add(10 * time.Millisecond)
-				c.ObserveAt(now, Sample{Write, chunk, base})
-			}
-			for range 20 {
-				now = now.Add(30 * time.Millisecond)
-				c.ObserveAt(now, Sample{Write, chunk, 20 * base})
-			}
-			return now
-		}, MinProbe, true},
+		{"start", 0, false, nil, ContentionChunk, false},
+		{"calm under a low ceiling: ChunkTime of transfer", 2 << 20, true, nil, int(2 << 20 * ChunkTime.Seconds()), true},
+		{"calm for Calm", 0, true, nil, LargeChunk, false},
+		{"a queue gone, rate above ProbeRate", 0, true, []time.Duration{4 * base, 4 * base, base}, ContentionChunk, false},
+		{"one delayed sample: a probe next", 0, true, []time.Duration{4 * base}, ProbeChunk, false},
+		{"one delayed sample, then a clear one: small writes for Calm", 0, true, []time.Duration{4 * base, base}, ContentionChunk, false},
+		{"a long queue, rate below ProbeRate", 0, true, slices.Repeat([]time.Duration{20 * base}, 20), MinProbe, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := New(t0, 0)
-			tt.feed(c)
+			c := New(t0, tt.ceiling)
+			now := t0
+			for tt.calm && now.Sub(t0) <= Calm {
+				now = now.Add(10 * time.Millisecond)
+				c.ObserveAt(now, Sample{Write, chunk, base})
+			}
+			for _, took := range tt.then {
+				now = now.Add(max(10*time.Millisecond, took))
+				c.ObserveAt(now, Sample{Write, chunk, took})
+			}
 			if got := c.Chunk(); got != tt.want {
 				t.Errorf("chunk %d at a rate of %.0f, want %d", got, c.Rate(), tt.want)
 			}
